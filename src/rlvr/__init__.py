@@ -1,0 +1,2 @@
+"""rlvr: reinforcement learning from verifiable rewards."""
+__version__ = "0.1.0"

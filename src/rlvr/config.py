@@ -1,0 +1,421 @@
+"""The one typed, validated configuration tree, loaded from YAML files plus ``key=value`` overrides.
+
+Trainer knobs use TRL's names, value vocabularies (``adv_estimator``, ``loss_agg_mode``,
+``kl_estimator``) use verl's (``specs/grpo_core.md`` §12). Other frameworks' spellings are accepted as
+aliases with a warning. Every problem is reported as a :class:`~rlvr.errors.ConfigError` that names the
+key path and what was expected — before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlvr.errors import ConfigError
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+
+class ModelConfig(_Strict):
+    """Which policy to load. ``name_or_path``: ``default`` (embedded SmolLM2-135M-Instruct), a local
+    folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network)."""
+
+    name_or_path: str = "default"
+    gguf_file: str | None = None
+    cache_dir: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    revision: str | None = None
+    gradient_checkpointing: bool = False
+
+
+class TaskConfig(_Strict):
+    """Where prompts come from and how completions are verified (``rlvr.tasks``)."""
+
+    type: Literal["reasoning_gym", "jsonl", "hf_dataset"] = "reasoning_gym"
+    name: str = "chain_sum"
+    config: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = None
+    eval_path: str | None = None
+    hf_config: str | None = None
+    train_split: str = "train"
+    eval_split: str = "test"
+    question_field: str = "question"
+    answer_field: str = "answer"
+    train_size: int = Field(1000, ge=1)
+    eval_size: int = Field(100, ge=1)
+    seed: int = 0
+    eval_seed: int = 10_000
+    system_prompt: str | None = None
+    reward_fn: str | None = None
+    feedback_hint: bool = False
+    correct_threshold: float = 1.0
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskConfig":
+        if self.type == "reasoning_gym" and self.seed == self.eval_seed:
+            raise ValueError(
+                f"task.seed and task.eval_seed are both {self.seed}: train and eval splits must use "
+                "different seeds so they stay disjoint"
+            )
+        if self.type == "jsonl" and not self.path:
+            raise ValueError("task.path is required when task.type=jsonl (a JSONL file with question/answer)")
+        if self.reward_fn is not None and ":" not in self.reward_fn:
+            raise ValueError(f"task.reward_fn must look like 'module:function', got {self.reward_fn!r}")
+        return self
+
+
+class DynamicSamplingConfig(_Strict):
+    """DAPO dynamic sampling (``grpo_core.md`` §9.2)."""
+
+    enable: bool = False
+    metric: str = "reward"
+    max_num_gen_batches: int = Field(10, ge=0)
+    on_exhausted: Literal["proceed", "error"] = "proceed"
+    keep_excess: bool = False
+
+
+class LoggingConfig(_Strict):
+    """Where and how often the run reports."""
+
+    output_dir: str = "runs/rlvr"
+    logging_steps: int = Field(1, ge=1)
+    log_completions_steps: int = Field(10, ge=0)
+    num_completions_to_print: int = Field(2, ge=0)
+    tensorboard: bool = True
+    progress: bool = True
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation (``rlvr eval``)."""
+
+    num_samples: int = Field(16, ge=1)
+    ks: list[int] = Field(default_factory=lambda: [1, 4, 16])
+    temperature: float = Field(1.0, gt=0)
+    batch_size: int = Field(64, ge=1)
+
+
+class RLConfig(_Strict):
+    """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1)."""
+
+    seed: int = 0
+    max_steps: int = Field(20, ge=1)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    # batch geometry
+    num_generations: int = Field(8, ge=2)
+    generation_batch_size: int = Field(64, ge=2)
+    steps_per_generation: int = Field(1, ge=1)
+    num_iterations: int = Field(1, ge=1)
+    per_device_train_batch_size: int = Field(8, ge=1)
+    # sampling
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_prompt_length: int = Field(512, ge=1)
+    max_completion_length: int = Field(512, ge=1)
+    # optimiser
+    learning_rate: float = Field(1e-6, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.999, ge=0, lt=1)
+    adam_epsilon: float = Field(1e-8, gt=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    # objective
+    adv_estimator: str = "grpo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    adv_eps: float = Field(1e-6, ge=0)
+    adv_std_unbiased: bool = True
+    policy_loss: str = "clipped"
+    epsilon: float = Field(0.2, gt=0, le=1)
+    epsilon_high: float | None = Field(None, ge=0)
+    clip_ratio_c: float | None = Field(None, gt=1)
+    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = "token"
+    loss_agg_mode: Literal[
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "token-mean"
+    seq_denominator: Literal["nonempty", "all"] = "nonempty"
+    loss_norm_scope: Literal["global", "micro"] = "global"
+    loss_scale_factor: float | None = Field(None, gt=0)
+    beta: float = Field(0.0, ge=0)
+    kl_estimator: str = "k3"
+    kl_in_reward: bool = False
+    kl_is_correction: bool = False
+    entropy_coef: float = 0.0
+    mask_truncated_completions: bool = False
+    overlong_buffer_len: int | None = Field(None, ge=1)
+    overlong_penalty_factor: float = 1.0
+    old_logprob_source: Literal["trainer", "sampler"] = "trainer"
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    # run-time robustness and I/O
+    save_steps: int = Field(0, ge=0)
+    logprob_chunk_size: int = Field(1024, ge=1)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="after")
+    def _check_geometry(self) -> "RLConfig":
+        g, gbs, spg = self.num_generations, self.generation_batch_size, self.steps_per_generation
+        if gbs % g:
+            raise ValueError(
+                f"generation_batch_size={gbs} completions is not a whole number of groups of "
+                f"num_generations={g}: use a multiple of {g} (e.g. {max(g, gbs - gbs % g)})"
+            )
+        prompts = gbs // g
+        if prompts % spg:
+            raise ValueError(
+                f"generation_batch_size={gbs} = {prompts} prompts × {g} completions cannot be split into "
+                f"steps_per_generation={spg} optimizer batches of whole groups: {prompts} prompts is not "
+                f"divisible by {spg}"
+            )
+        if self.importance_sampling_level == "sequence" and self.loss_agg_mode != "seq-mean-token-mean":
+            warnings.warn(
+                "importance_sampling_level=sequence (GSPO) is meant with loss_agg_mode=seq-mean-token-mean; "
+                f"got {self.loss_agg_mode}",
+                stacklevel=2,
+            )
+        if self.old_logprob_source == "sampler" and (self.top_p < 1 or self.top_k > 0):
+            warnings.warn(
+                "old_logprob_source=sampler with top_p<1 or top_k>0 biases the importance ratio: the "
+                "sampler's log-probs come from a truncated distribution",
+                stacklevel=2,
+            )
+        return self
+
+    @property
+    def prompts_per_generation(self) -> int:
+        """Prompts drawn per generation round (``generation_batch_size / num_generations``)."""
+        return self.generation_batch_size // self.num_generations
+
+
+# ---------------------------------------------------------------------------------------------------
+# aliases (grpo_core.md §12): alias path → (canonical path, value translation or None)
+
+_BOOL_SCALE = {True: "group", False: "none", "true": "group", "false": "none"}
+ALIASES: dict[str, tuple[str, Any]] = {
+    "n": ("num_generations", None),
+    "rollout.n": ("num_generations", None),
+    "n_samples_per_prompt": ("num_generations", None),
+    "num_generations_per_prompt": ("num_generations", None),
+    "n_samples": ("num_generations", None),
+    "ppo_epochs": ("num_iterations", None),
+    "max_epochs": ("num_iterations", None),
+    "clip_ratio_low": ("epsilon", None),
+    "clip_ratio": ("epsilon", None),
+    "eps_clip": ("epsilon", None),
+    "eps_clip_low": ("epsilon", None),
+    "clip_ratio_high": ("epsilon_high", None),
+    "eps_clip_high": ("epsilon_high", None),
+    "eps_clip_higher": ("epsilon_high", None),
+    "dual_clip": ("clip_ratio_c", None),
+    "ratio_clip_c": ("clip_ratio_c", None),
+    "c_clip": ("clip_ratio_c", None),
+    "kl_coef": ("beta", None),
+    "kl_loss_coef": ("beta", None),
+    "reference_policy_kl_penalty": ("beta", None),
+    "kl_ctl": ("beta", None),
+    "kl_loss_type": ("kl_estimator", None),
+    "kl_estimator_type": ("kl_estimator", None),
+    "reference_policy_kl_type": ("kl_estimator", None),
+    "loss_reduction": ("loss_agg_mode", lambda v: str(v).replace("_", "-")),
+    "token_level_loss": ("loss_agg_mode", lambda v: "token-mean" if v else "seq-mean-token-mean"),
+    "loss_mode": ("policy_loss", None),
+    "policy_loss_type": ("policy_loss", None),
+    "advantage_estimator": ("adv_estimator", None),
+    "norm_adv_by_std_in_grpo": ("scale_rewards", lambda v: "group" if v else "none"),
+    "entropy_coeff": ("entropy_coef", None),
+    "entropy_loss_coef": ("entropy_coef", None),
+    "overlong_filtering": ("mask_truncated_completions", None),
+    "mask_no_eos_with_zero": ("mask_truncated_completions", None),
+    "filter_groups": ("dynamic_sampling", None),
+    "use_dynamic_sampling": ("dynamic_sampling.enable", None),
+    "overlong_buffer.len": ("overlong_buffer_len", None),
+    "overlong_buffer.penalty_factor": ("overlong_penalty_factor", None),
+    "data.max_response_length": ("max_completion_length", None),
+    "lr": ("learning_rate", None),
+    "steps": ("max_steps", None),
+}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key not in ("task.config",) and not _is_leaf_dict(key):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _is_leaf_dict(key: str) -> bool:
+    return key.endswith(".config") and key.startswith("task")
+
+
+def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for p in parts[:-1]:
+        nxt = d.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{path}: cannot set a sub-key of {p!r}, which is a {type(nxt).__name__}")
+        d = nxt
+    d[parts[-1]] = value
+
+
+def _apply_aliases(raw: dict[str, Any]) -> dict[str, Any]:
+    flat = _flatten(raw)
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        target, translate = key, None
+        for alias, (canonical, fn) in ALIASES.items():
+            if key == alias or key.startswith(alias + "."):
+                target = canonical + key[len(alias):]
+                translate = fn
+                warnings.warn(f"config key {key!r} is an alias; use {target!r}", stacklevel=3)
+                break
+        if translate is not None:
+            value = translate(value)
+        if target == "scale_rewards" and isinstance(value, (bool, str)) and value in _BOOL_SCALE:
+            value = _BOOL_SCALE[value]
+        if target == "loss_agg_mode" and isinstance(value, str):
+            value = value.replace("_", "-")
+        _set_path(out, target, value)
+    return out
+
+
+def _suggest(model: type[BaseModel], path: tuple[Any, ...], bad: str) -> str:
+    cls: Any = model
+    for part in path:
+        field = cls.model_fields.get(part) if isinstance(part, str) else None
+        ann = getattr(field, "annotation", None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            cls = ann
+        else:
+            return ""
+    names = list(cls.model_fields)
+    close = difflib.get_close_matches(bad, names, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {'.'.join([*map(str, path), close[0]])!r}?"
+    return f"; valid keys here: {', '.join(sorted(names))}"
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``key.path: what was expected (got value)``."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "<config>"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key{_suggest(RLConfig, loc[:-1], str(loc[-1]))}")
+            continue
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        if err["type"] == "value_error" and not loc:
+            lines.append(msg)
+        elif isinstance(got, (dict, list)):
+            lines.append(f"{key}: {msg}")
+        else:
+            lines.append(f"{key}: {msg} (got {got!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=value"`` → ``("a.b", parsed value)``; the value is read as YAML (``1e-5``, ``true``, ``[1,2]``).
+
+    Raises:
+        ConfigError: no ``=`` or an empty key.
+    """
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. learning_rate=1e-5)")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    if isinstance(parsed, str) and _looks_like_float(parsed):
+        parsed = float(parsed)
+    return key, parsed
+
+
+def _looks_like_float(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return any(c in s.lower() for c in "e.") and s.lower() not in ("inf", "nan", "-inf")
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read one YAML mapping; a bare recipe name (``grpo``) is looked up in ``rlvr/recipes/``.
+
+    Raises:
+        ConfigError: the file does not exist, is not valid YAML, or is not a mapping.
+    """
+    p = Path(path)
+    if not p.exists() and not p.suffix and (RECIPES_DIR / f"{path}.yaml").exists():
+        p = RECIPES_DIR / f"{path}.yaml"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in RECIPES_DIR.glob("*.yaml")))
+        raise ConfigError(f"config file {str(path)!r} not found (built-in recipes: {known})")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def build_config(
+    files: list[str | Path] | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+) -> RLConfig:
+    """Merge YAML files (later wins), then ``key=value`` overrides, resolve aliases and validate.
+
+    Raises:
+        ConfigError: any unreadable file, unknown key (with the nearest valid one), wrong type,
+            out-of-range value, or inconsistent batch geometry.
+    """
+    raw: dict[str, Any] = dict(base or {})
+    for f in files or []:
+        raw = _merge(raw, _apply_aliases(load_yaml(f)))
+    for o in overrides or []:
+        key, value = parse_override(o)
+        raw = _merge(raw, _apply_aliases(_nest(key, value)))
+    try:
+        return RLConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def _nest(key: str, value: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    _set_path(d, key, value)
+    return d
+
+
+def config_to_dict(cfg: RLConfig) -> dict[str, Any]:
+    """Plain, YAML-serialisable dict of the resolved configuration."""
+    return cfg.model_dump(mode="json")

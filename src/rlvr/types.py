@@ -1,0 +1,214 @@
+"""The few data types that travel between rlvr's layers.
+
+One batch type (:class:`RolloutBatch`) serves every algorithm: variants add optional fields
+(per-token advantages, token weights, context kind) rather than new batch classes.
+
+Shapes use the notation of ``specs/grpo_core.md`` §1: ``N`` completions, ``T`` the padded
+completion length of the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import torch
+
+FinishReason = Literal["eos", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How an engine samples.
+
+    Attributes:
+        temperature: softmax temperature (> 0). Logits are divided by it before sampling.
+        top_p: nucleus mass kept (0 < top_p ≤ 1; 1 disables).
+        top_k: number of highest-probability tokens kept (0 disables).
+        max_new_tokens: hard cap on generated tokens per sequence (≥ 1).
+        seed: optional seed for the engine's private generator; ``None`` uses torch's global RNG.
+
+    Source: standard sampling knobs (TRL/vLLM names).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One context to continue, ``n`` times.
+
+    Attributes:
+        context_ids: token ids the generation continues from (a rendered prompt, optionally
+            followed by an already generated prefix — tree and feedback samplers use this).
+        n: number of independent continuations to draw (≥ 1).
+    """
+
+    context_ids: Sequence[int]
+    n: int = 1
+
+
+@dataclass
+class Generation:
+    """One sampled continuation.
+
+    Attributes:
+        token_ids: the new tokens only (the context is not repeated), including the EOS token
+            when ``finish_reason == "eos"``. Length L ≤ ``max_new_tokens``.
+        logprobs: ``[L]`` behaviour log-probability (natural log) of each sampled token under the
+            distribution it was actually drawn from (temperature applied, top-p/top-k
+            renormalised).
+        finish_reason: ``"eos"`` if an end-of-sequence token was sampled, else ``"length"``.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+
+
+@dataclass
+class RolloutBatch:
+    """A batch of ``N`` completions with everything the loss needs.
+
+    Required fields:
+        context_ids: ``N`` token-id lists: the context each completion's loss is computed under.
+        completion_ids: ``[N, T]`` long, right-padded with ``pad_token_id``.
+        completion_mask: ``[N, T]`` float, 1 on generated tokens (up to and including EOS), else 0.
+        group_id: ``[N]`` long, explicit group identity (advantages never use batch position).
+        prompt_index: ``[N]`` long, index of the source problem in ``problems``.
+        is_truncated: ``[N]`` bool, True when no EOS was produced within the token cap.
+        sampling_temperature / logprob_temperature: ``[N]`` float.
+        policy_version: ``[N]`` long, optimizer-update count of the policy that sampled the row.
+
+    Filled later in the pipeline (``None`` until then):
+        rewards: ``[N]`` total reward; ``reward_components``: name → ``[N]`` (NaN where a
+        function returned None).
+        advantages: ``[N]`` or ``[N, T]``; stored once per generation batch.
+        old_logp / ref_logp / sampler_logp: ``[N, T]`` per-token log-probs.
+        token_weights: ``[N, T]`` optional weights ``w`` (1 when absent).
+        context_kind: ``N`` strings, e.g. ``"original"`` / ``"feedback"`` (FBOS-RL).
+        correct: ``[N]`` bool, the verifier's pass/fail for pass-rate metrics.
+        texts / feedback: decoded completions and verifier feedback, for logging.
+        problems: the source problems (indexed by ``prompt_index``).
+        meta: free-form, per-batch.
+    """
+
+    context_ids: list[list[int]]
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    group_id: torch.Tensor
+    prompt_index: torch.Tensor
+    is_truncated: torch.Tensor
+    sampling_temperature: torch.Tensor
+    logprob_temperature: torch.Tensor
+    policy_version: torch.Tensor
+    rewards: torch.Tensor | None = None
+    reward_components: dict[str, torch.Tensor] = field(default_factory=dict)
+    advantages: torch.Tensor | None = None
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    sampler_logp: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
+    context_kind: list[str] | None = None
+    correct: torch.Tensor | None = None
+    texts: list[str] | None = None
+    feedback: list[str | None] | None = None
+    problems: list[Any] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.context_ids)
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        """``[N]`` long: generated tokens per row."""
+        return self.completion_mask.sum(dim=1).long()
+
+    def select(self, index: Sequence[int] | torch.Tensor) -> "RolloutBatch":
+        """Rows ``index`` (in that order) as a new batch; per-row fields are indexed, the rest shared.
+
+        The padded width is cut to the longest selected row, so a micro-batch never carries
+        padding it does not need.
+
+        Raises:
+            IndexError: an index is out of range.
+        """
+        idx = torch.as_tensor(list(index) if not torch.is_tensor(index) else index, dtype=torch.long)
+        n = len(self)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise IndexError(f"RolloutBatch.select: index out of range for a batch of {n} rows")
+        rows = idx.tolist()
+        width = int(self.completion_mask[idx].sum(dim=1).max().item()) if rows else 0
+        width = max(width, 1)
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or f.name in ("problems", "meta"):
+                out[f.name] = value
+            elif f.name == "reward_components":
+                out[f.name] = {k: v[idx] for k, v in value.items()}
+            elif torch.is_tensor(value):
+                v = value[idx]
+                if v.dim() == 2 and value.shape[1] == self.completion_mask.shape[1]:
+                    v = v[:, :width]
+                out[f.name] = v
+            else:
+                out[f.name] = [value[i] for i in rows]
+        return RolloutBatch(**out)
+
+    @staticmethod
+    def concat(batches: Sequence["RolloutBatch"], pad_token_id: int) -> "RolloutBatch":
+        """Stack batches row-wise, padding ``[N, T]`` fields to the widest.
+
+        ``problems`` are concatenated and ``prompt_index`` is shifted accordingly; group ids
+        must already be distinct across batches (the sampler guarantees it).
+
+        Raises:
+            ValueError: no batches, or one batch has a field set that another lacks.
+        """
+        if not batches:
+            raise ValueError("RolloutBatch.concat needs at least one batch")
+        width = max(b.completion_ids.shape[1] for b in batches)
+        out: dict[str, Any] = {}
+        offsets, total = [], 0
+        for b in batches:
+            offsets.append(total)
+            total += len(b.problems)
+        for f in dataclasses.fields(RolloutBatch):
+            values = [getattr(b, f.name) for b in batches]
+            if f.name == "problems":
+                out[f.name] = [p for b in batches for p in b.problems]
+            elif f.name == "meta":
+                out[f.name] = dict(batches[0].meta)
+            elif f.name == "prompt_index":
+                out[f.name] = torch.cat([v + off for v, off in zip(values, offsets)])
+            elif f.name == "reward_components":
+                keys = set().union(*(v.keys() for v in values))
+                out[f.name] = {
+                    k: torch.cat([v.get(k, torch.full((len(b),), float("nan"))) for v, b in zip(values, batches)])
+                    for k in keys
+                }
+            elif all(v is None for v in values):
+                out[f.name] = None
+            elif any(v is None for v in values):
+                raise ValueError(f"RolloutBatch.concat: field {f.name!r} is set in some batches only")
+            elif torch.is_tensor(values[0]):
+                if values[0].dim() == 2:
+                    fill = pad_token_id if f.name == "completion_ids" else 0
+                    values = [_pad_right(v, width, fill) for v in values]
+                out[f.name] = torch.cat(values)
+            else:
+                out[f.name] = [x for v in values for x in v]
+        return RolloutBatch(**out)
+
+
+def _pad_right(x: torch.Tensor, width: int, fill: float) -> torch.Tensor:
+    if x.shape[1] >= width:
+        return x
+    pad = torch.full((x.shape[0], width - x.shape[1]), fill, dtype=x.dtype)
+    return torch.cat([x, pad], dim=1)
