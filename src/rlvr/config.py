@@ -159,6 +159,8 @@ class RLConfig(_Strict):
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
+    max_consecutive_nonfinite: int = Field(5, ge=1)
+    reward_errors_fatal: bool = False
     logprob_chunk_size: int = Field(1024, ge=1)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -1,0 +1,179 @@
+"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr plot``.
+
+Configuration errors exit with code 2 and a message naming the key, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+from rlvr.errors import ConfigError, DataError, ModelLoadError, RlvrError
+
+EXIT_CONFIG = 2
+EXIT_RUNTIME = 1
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", action="append", default=[], metavar="FILE",
+                   help="YAML config or built-in recipe name (grpo, dr_grpo, dapo, demo); repeatable, later wins")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rlvr`` argument parser."""
+    parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train a policy")
+    _common(t)
+    t.add_argument("--resume", nargs="?", const="auto", default=None, metavar="auto|force|PATH",
+                   help="continue from the latest checkpoint in the output dir (auto), ignoring config changes "
+                        "(force), or from a given checkpoint folder")
+    e = sub.add_parser("eval", help="pass@k and mean reward on the held-out split")
+    _common(e)
+    e.add_argument("--checkpoint", help="model folder to evaluate (default: the config's model)")
+    e.add_argument("--tag", default="eval", help="result file name: OUTPUT_DIR/eval_<tag>.json")
+    e.add_argument("--out", help="explicit JSON output path")
+    e.add_argument("--limit", type=int, help="evaluate only the first N problems")
+    pl = sub.add_parser("plot", help="PNG curves of a run directory")
+    pl.add_argument("run_dir")
+    pl.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
+    return parser
+
+
+def _load_config(args: argparse.Namespace):
+    from rlvr.config import build_config
+    from rlvr.tasks import validate_task_config
+
+    cfg = build_config(args.config, args.overrides)
+    validate_task_config(cfg.task)
+    return cfg
+
+
+def _resume_target(cfg, mode: str):
+    from rlvr.trainer.checkpoint import STATE_FILE, latest_checkpoint
+
+    out = Path(cfg.logging.output_dir)
+    if mode in ("auto", "force"):
+        ckpt = latest_checkpoint(out)
+        if ckpt is None:
+            print(f"rlvr: no checkpoint in {out}; starting from scratch", file=sys.stderr)
+            return None
+    else:
+        ckpt = Path(mode)
+        if not (ckpt / STATE_FILE).exists():
+            raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
+    if mode != "force":
+        saved = json.loads((ckpt / STATE_FILE).read_text())["config"]
+        now = cfg.model_dump(mode="json")
+        changed = sorted(
+            k for k in set(saved) | set(now) if k not in IGNORED_ON_RESUME and saved.get(k) != now.get(k)
+        )
+        if changed:
+            raise ConfigError(
+                f"--resume: the config differs from the one checkpoint {ckpt} was written with, in: "
+                f"{', '.join(changed)}. Use --resume force to continue anyway."
+            )
+    return ckpt
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``rlvr train``: validate everything cheap, then load the model and train."""
+    cfg = _load_config(args)
+    ckpt = _resume_target(cfg, args.resume) if args.resume else None
+    from rlvr.models import load_policy
+    from rlvr.tasks import build_task
+    from rlvr.trainer.checkpoint import load_checkpoint
+    from rlvr.trainer.trainer import Trainer
+
+    task = build_task(cfg.task)
+    task.problems("train")  # surface data errors before the model loads
+    model, tokenizer = load_policy(cfg.model)
+    out = Path(cfg.logging.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
+    trainer = Trainer(cfg, model, tokenizer, task)
+    if ckpt is not None:
+        load_checkpoint(trainer, ckpt)
+        print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+    last = trainer.train()
+    shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
+    print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``rlvr eval``: pass@k on the held-out split, written as JSON."""
+    cfg = _load_config(args)
+    from rlvr.eval.evaluate import evaluate, write_eval
+    from rlvr.models import load_policy
+    from rlvr.tasks import build_task
+
+    task = build_task(cfg.task)
+    task.problems("eval")
+    model_cfg = cfg.model.model_copy(update={"name_or_path": args.checkpoint}) if args.checkpoint else cfg.model
+    if args.checkpoint and not Path(args.checkpoint).exists():
+        raise ModelLoadError(f"--checkpoint {args.checkpoint}: no such folder")
+    model, tokenizer = load_policy(model_cfg)
+    e = cfg.eval
+    result = evaluate(
+        model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature, top_p=cfg.top_p,
+        max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
+        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // e.num_samples),
+        seed=cfg.seed, limit=args.limit,
+    )
+    result["model"] = args.checkpoint or cfg.model.name_or_path
+    path = Path(args.out) if args.out else Path(cfg.logging.output_dir) / f"eval_{args.tag}.json"
+    write_eval(result, path)
+    summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if k != "per_problem"}
+    print(json.dumps(summary, indent=2))
+    print(f"rlvr: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """``rlvr plot RUN_DIR``: write PNG curves."""
+    from rlvr.eval.plot import plot_run
+
+    path = plot_run(args.run_dir, args.out)
+    print(f"rlvr: wrote {path}")
+    return 0
+
+
+def _yaml(d: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(d, sort_keys=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 for configuration errors)."""
+    args = build_parser().parse_args(argv)
+    if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
+        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    warnings.filterwarnings("once", category=UserWarning)
+    handlers = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+    try:
+        return handlers[args.command](args)
+    except ConfigError as exc:
+        print(f"rlvr: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (DataError, ModelLoadError, FileNotFoundError) as exc:
+        print(f"rlvr: {exc}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, DataError) else EXIT_RUNTIME
+    except RlvrError as exc:
+        print(f"rlvr: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        print("rlvr: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""``rlvr plot RUN_DIR``: PNG curves of a run's ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+DEFAULT_PANELS: tuple[str, ...] = (
+    "reward/mean",
+    "reward/pass_rate",
+    "actor/entropy",
+    "actor/grad_norm",
+    "completions/mean_length",
+    "reward/frac_zero_std_groups",
+    "actor/clip_ratio/region",
+    "timing/step_s",
+)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """Rows of ``RUN_DIR/metrics.jsonl`` (a torn last line from a killed run is skipped).
+
+    Raises:
+        FileNotFoundError: the run has no ``metrics.jsonl``.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} an rlvr run directory?")
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _smooth(ys: list[float], window: int) -> list[float]:
+    out, acc = [], []
+    for y in ys:
+        acc.append(y)
+        if len(acc) > window:
+            acc.pop(0)
+        vals = [a for a in acc if a is not None and math.isfinite(a)]
+        out.append(sum(vals) / len(vals) if vals else math.nan)
+    return out
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None, panels: Sequence[str] = DEFAULT_PANELS,
+             smooth: int = 5) -> Path:
+    """Plot the chosen metrics against step (raw and a ``smooth``-step moving average) into one PNG.
+
+    Returns:
+        the PNG path (default ``RUN_DIR/curves.png``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    panels = [p for p in panels if any(p in r and r[p] is not None for r in rows)]
+    if not panels:
+        raise ValueError(f"{run_dir}/metrics.jsonl has none of the metrics to plot")
+    cols = 2
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(11, 2.8 * nrows), squeeze=False)
+    for ax, key in zip(axes.flat, panels):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        xs, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
+        ax.plot(xs, ys, alpha=0.35, lw=1, label="raw")
+        if len(ys) >= smooth:
+            ax.plot(xs, _smooth(ys, smooth), lw=2, label=f"mean of {smooth}")
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(str(Path(run_dir).name))
+    fig.tight_layout()
+    path = Path(out) if out else Path(run_dir) / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,153 @@
+"""The flat group sampler: ``G`` i.i.d. completions per prompt (GRPO, Dr.GRPO, DAPO).
+
+Source: GRPO (Shao et al. 2024, DeepSeekMath §4.1) — a group of G outputs per question.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import torch
+
+from rlvr.engines.base import Engine
+from rlvr.tasks.prompts import build_messages, render_prompt
+from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
+
+
+class PromptEncoder:
+    """Renders a problem through the chat template and tokenizes it, once per problem.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        system_prompt: the system instruction that fixes the answer format.
+        max_prompt_length: prompts longer than this many tokens keep their last
+            ``max_prompt_length`` tokens (left truncation, as TRL does) and are counted.
+    """
+
+    def __init__(self, tokenizer: Any, system_prompt: str, max_prompt_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.max_prompt_length = max_prompt_length
+        self.truncated = 0
+        self._cache: dict[str, list[int]] = {}
+
+    def text(self, problem: Any) -> str:
+        """The rendered prompt string of ``problem``."""
+        return render_prompt(self.tokenizer, build_messages(problem, self.system_prompt))
+
+    def __call__(self, problem: Any) -> list[int]:
+        """Token ids of the rendered prompt of ``problem`` (cached by ``problem.uid``)."""
+        ids = self._cache.get(problem.uid)
+        if ids is None:
+            ids = self.tokenizer(self.text(problem), add_special_tokens=False)["input_ids"]
+            if len(ids) > self.max_prompt_length:
+                self.truncated += 1
+                if self.truncated == 1:
+                    warnings.warn(
+                        f"prompt of problem {problem.uid!r} has {len(ids)} tokens > max_prompt_length="
+                        f"{self.max_prompt_length}; keeping the last {self.max_prompt_length}",
+                        stacklevel=2,
+                    )
+                ids = ids[-self.max_prompt_length :]
+            self._cache[problem.uid] = ids
+        return ids
+
+
+def generations_to_batch(
+    contexts: Sequence[Sequence[int]],
+    generations: Sequence[Generation],
+    *,
+    group_ids: Sequence[int],
+    prompt_index: Sequence[int],
+    problems: list[Any],
+    pad_token_id: int,
+    temperature: float,
+    policy_version: int,
+) -> RolloutBatch:
+    """Pack ``N`` generations into a :class:`RolloutBatch` (right-padded ``[N, T]``).
+
+    ``T`` is the longest generation (at least 1). ``sampler_logp`` holds the engine's behaviour
+    log-probs; ``logprob_temperature`` equals the sampling temperature (TRL/verl convention,
+    ``grpo_core.md`` §4).
+    """
+    n = len(generations)
+    width = max([len(g.token_ids) for g in generations] + [1])
+    ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    slogp = torch.zeros((n, width), dtype=torch.float32)
+    for i, g in enumerate(generations):
+        k = len(g.token_ids)
+        if k:
+            ids[i, :k] = torch.tensor(g.token_ids, dtype=torch.long)
+            mask[i, :k] = 1.0
+            slogp[i, :k] = torch.tensor(g.logprobs, dtype=torch.float32)
+    return RolloutBatch(
+        context_ids=[list(c) for c in contexts],
+        completion_ids=ids,
+        completion_mask=mask,
+        group_id=torch.tensor(list(group_ids), dtype=torch.long),
+        prompt_index=torch.tensor(list(prompt_index), dtype=torch.long),
+        is_truncated=torch.tensor([g.finish_reason == "length" for g in generations], dtype=torch.bool),
+        sampling_temperature=torch.full((n,), float(temperature)),
+        logprob_temperature=torch.full((n,), float(temperature)),
+        policy_version=torch.full((n,), int(policy_version), dtype=torch.long),
+        sampler_logp=slogp,
+        problems=problems,
+    )
+
+
+class GroupSampler:
+    """Draws ``num_generations`` completions for each prompt through an :class:`Engine`.
+
+    Each prompt's context is sent once with ``n = num_generations`` so the engine can prefill it
+    once and share it across the group.
+
+    Args:
+        engine: the generation backend.
+        encoder: a :class:`PromptEncoder`.
+        pad_token_id: id used to right-pad completions.
+    """
+
+    def __init__(self, engine: Engine, encoder: PromptEncoder, pad_token_id: int) -> None:
+        self.engine = engine
+        self.encoder = encoder
+        self.pad_token_id = pad_token_id
+
+    def sample(
+        self,
+        problems: Sequence[Any],
+        num_generations: int,
+        params: SamplingParams,
+        *,
+        policy_version: int = 0,
+        first_group_id: int = 0,
+    ) -> RolloutBatch:
+        """``len(problems) × num_generations`` rollouts; group ``first_group_id + p`` is problem ``p``.
+
+        Returns a batch without rewards (see :class:`rlvr.rewards.Scorer`).
+        """
+        contexts = [self.encoder(p) for p in problems]
+        requests = [GenerationRequest(context_ids=c, n=num_generations) for c in contexts]
+        outputs = self.engine.generate(requests, params)
+        flat, ctx, gids, pidx = [], [], [], []
+        for p, (c, gens) in enumerate(zip(contexts, outputs)):
+            if len(gens) != num_generations:
+                raise RuntimeError(
+                    f"engine returned {len(gens)} generations for prompt {p}, expected {num_generations}"
+                )
+            for g in gens:
+                flat.append(g)
+                ctx.append(c)
+                gids.append(first_group_id + p)
+                pidx.append(p)
+        return generations_to_batch(
+            ctx,
+            flat,
+            group_ids=gids,
+            prompt_index=pidx,
+            problems=list(problems),
+            pad_token_id=self.pad_token_id,
+            temperature=params.temperature,
+            policy_version=policy_version,
+        )

@@ -1,0 +1,84 @@
+"""Run observability: JSONL metrics, TensorBoard events, sample completions and a progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+class RunLogger:
+    """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
+    completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA.
+
+    Every line is flushed as it is written, so a killed run keeps all completed steps.
+
+    Args:
+        output_dir: the run directory (created).
+        total_steps: the run's optimizer-step budget, for the progress bar.
+        start_step: steps already done (resume).
+        tensorboard: write TensorBoard event files under ``output_dir/tb``.
+        progress: show the progress bar.
+    """
+
+    def __init__(
+        self, output_dir: str | Path, total_steps: int, *, start_step: int = 0, tensorboard: bool = True,
+        progress: bool = True,
+    ) -> None:
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._completions = open(self.dir / "completions.jsonl", "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=start_step + 1 if start_step else None)
+        self._bar = tqdm(total=total_steps, initial=start_step, disable=not progress, unit="step", dynamic_ncols=True)
+        self._t0 = time.time()
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Record ``metrics`` for optimizer step ``step`` (1-based)."""
+        row = {"step": step, "time": round(time.time() - self._t0, 3)}
+        row.update({k: _clean(v) for k, v in sorted(metrics.items())})
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                    self._tb.add_scalar(k, float(v), step)
+            self._tb.flush()
+        self._bar.update(step - self._bar.n)
+        shown = {k: metrics[k] for k in ("reward/mean", "reward/pass_rate", "actor/entropy") if k in metrics}
+        self._bar.set_postfix({k.split("/")[-1]: f"{v:.3f}" for k, v in shown.items()})
+
+    def log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Append sample completions (prompt, completion, reward, feedback) for step ``step``."""
+        for r in rows:
+            self._completions.write(json.dumps({"step": step, **r}) + "\n")
+        self._completions.flush()
+        if self._tb is not None and rows:
+            text = "\n\n".join(f"**reward {r.get('reward')}**\n\n    {r.get('completion', '')}" for r in rows)
+            self._tb.add_text("completions", text, step)
+
+    def message(self, text: str) -> None:
+        """Print a line without breaking the progress bar."""
+        self._bar.write(text)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        self._bar.close()
+        self._metrics.close()
+        self._completions.close()
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,104 @@
+"""Metric assembly: rollout statistics per generation batch, loss statistics summed over micro-batches.
+
+Names are stable slash paths (``specs/grpo_core.md`` §11, verl aliases in ``docs/metrics.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from rlvr.core.advantages import mean_group_std, zero_std_group_fraction
+from rlvr.types import RolloutBatch
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Reward, pass-rate, length and truncation statistics of a scored batch.
+
+    Returns keys ``reward/mean``, ``reward/std``, ``reward/group_std_mean``, ``rewards/<fn>/mean|std``,
+    ``reward/pass_rate``, ``reward/frac_zero_std_groups``, ``completions/mean_length``,
+    ``completions/min_length``, ``completions/max_length``, ``completions/clipped_ratio``,
+    ``completions/mean_terminated_length``, ``advantages/mean``, ``advantages/abs_mean`` (when set).
+    """
+    assert batch.rewards is not None, "rollout_metrics needs a scored batch"
+    r = batch.rewards.float()
+    lengths = batch.completion_lengths.float()
+    term = lengths[~batch.is_truncated]
+    out = {
+        "reward/mean": float(r.mean()),
+        "reward/std": float(r.std()) if r.numel() > 1 else 0.0,
+        "reward/group_std_mean": mean_group_std(r, batch.group_id),
+        "reward/frac_zero_std_groups": zero_std_group_fraction(r, batch.group_id),
+        "completions/mean_length": float(lengths.mean()),
+        "completions/min_length": float(lengths.min()),
+        "completions/max_length": float(lengths.max()),
+        "completions/clipped_ratio": float(batch.is_truncated.float().mean()),
+        "completions/mean_terminated_length": float(term.mean()) if term.numel() else 0.0,
+    }
+    if batch.correct is not None:
+        out["reward/pass_rate"] = float(batch.correct.float().mean())
+    for name, comp in batch.reward_components.items():
+        valid = comp[~torch.isnan(comp)]
+        out[f"rewards/{name}/mean"] = float(valid.mean()) if valid.numel() else math.nan
+        out[f"rewards/{name}/std"] = float(valid.std()) if valid.numel() > 1 else 0.0
+    if batch.advantages is not None:
+        a = batch.advantages.float()
+        out["advantages/mean"] = float(a.mean())
+        out["advantages/abs_mean"] = float(a.abs().mean())
+    return out
+
+
+class LossMetricAccumulator:
+    """Sums the token-weighted metric sums of :func:`rlvr.core.objective.policy_objective` over
+    micro-batches and turns them into means over the optimizer batch's masked tokens.
+
+    Keys ending in ``/min`` or ``/max`` are reduced by min/max; ``loss/*`` values are summed (each
+    micro-batch contributes its share of a globally normalised loss); every other key is divided by
+    the total token count ``_tokens``.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.mins: dict[str, float] = {}
+        self.maxs: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, Any]) -> None:
+        """Add one micro-batch's metrics (scalars or 0-d tensors)."""
+        for k, v in metrics.items():
+            x = float(v.detach()) if torch.is_tensor(v) else float(v)
+            if k.endswith("/min"):
+                self.mins[k] = min(self.mins.get(k, math.inf), x)
+            elif k.endswith("/max"):
+                self.maxs[k] = max(self.maxs.get(k, -math.inf), x)
+            else:
+                self.sums[k] += x
+
+    def result(self, prefix: str = "actor/") -> dict[str, float]:
+        """Means per masked token; ``loss/*`` as summed; min/max as reduced."""
+        tokens = max(self.sums.get("_tokens", 0.0), 1.0)
+        out: dict[str, float] = {}
+        for k, v in self.sums.items():
+            if k == "_tokens":
+                out["actor/num_loss_tokens"] = v
+            elif k.startswith("loss/"):
+                out[k] = v
+            else:
+                out[prefix + k] = v / tokens
+        out.update({prefix + k: v for k, v in self.mins.items()})
+        out.update({prefix + k: v for k, v in self.maxs.items()})
+        return out
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process in MiB (CUDA peak allocation when on GPU)."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    except Exception:  # noqa: BLE001 - not available on every platform
+        return math.nan

@@ -1,0 +1,144 @@
+"""From prompts to a scored, advantage-carrying generation batch (``grpo_core.md`` §9.2, §10).
+
+The pieces here are schedule-agnostic: the trainer calls :func:`collect_generation_batch` whenever
+its schedule asks for fresh rollouts.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from rlvr.core.advantages import check_group_sizes, group_stats, overlong_penalty
+from rlvr.rewards import ScoreStats
+from rlvr.types import RolloutBatch
+
+
+def nonzero_variance_groups(values: torch.Tensor, group_id: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool: True for rows whose group's ``values`` are not all equal (DAPO dynamic sampling).
+
+    Source: DAPO (Yu et al. 2025) §3.2 — keep groups with 0 < accuracy < 1.
+    """
+    _, std = group_stats(values.float(), group_id, unbiased=False)
+    return std > 0
+
+
+def shape_rewards(batch: RolloutBatch, cfg: Any) -> None:
+    """Add the DAPO soft overlong penalty to ``batch.rewards`` in place when configured (§9.3)."""
+    if cfg.overlong_buffer_len:
+        pen = overlong_penalty(
+            batch.completion_lengths, max_completion_length=cfg.max_completion_length,
+            buffer_len=cfg.overlong_buffer_len, factor=cfg.overlong_penalty_factor,
+        )
+        batch.reward_components["overlong"] = pen
+        batch.rewards = batch.rewards + pen
+
+
+def assign_advantages(batch: RolloutBatch, cfg: Any, adv_fn: Callable[..., torch.Tensor]) -> None:
+    """Compute and store advantages ``[N]`` once per generation batch (§3), checking group sizes."""
+    check_group_sizes(batch.group_id, cfg.num_generations)
+    batch.advantages = adv_fn(
+        batch.rewards, batch.group_id, scale_rewards=cfg.scale_rewards, adv_eps=cfg.adv_eps,
+        std_unbiased=cfg.adv_std_unbiased,
+    )
+
+
+@dataclass
+class CollectStats:
+    """Bookkeeping of one collection (possibly several generation rounds)."""
+
+    rounds: int = 0
+    groups_seen: int = 0
+    groups_kept: int = 0
+    shortfall: int = 0
+    score: ScoreStats = field(default_factory=ScoreStats)
+    raw_batches: list[RolloutBatch] = field(default_factory=list)
+
+
+def collect_generation_batch(
+    draw: Callable[[int], RolloutBatch],
+    score: Callable[[RolloutBatch], ScoreStats],
+    cfg: Any,
+    *,
+    pad_token_id: int,
+    carry: list[RolloutBatch] | None = None,
+) -> tuple[RolloutBatch, CollectStats, list[RolloutBatch]]:
+    """Draw and score rollouts for ``cfg.prompts_per_generation`` prompts.
+
+    Without dynamic sampling this is one round. With ``dynamic_sampling.enable`` it repeats rounds,
+    keeping only groups with non-zero variance of the chosen metric, until ``P`` groups are kept
+    or ``max_num_gen_batches`` rounds are used (0 = unlimited); then ``on_exhausted`` decides
+    (``proceed``: train on what was kept; ``error``: raise). Excess groups are dropped or, with
+    ``keep_excess``, returned for the next call.
+
+    Args:
+        draw: ``k -> RolloutBatch`` sampling ``k`` prompts × G completions with fresh group ids.
+        score: fills rewards in place (see :class:`rlvr.rewards.Scorer`).
+        carry: groups kept over from the previous call (``keep_excess``).
+
+    Returns:
+        (batch, stats, excess) — the batch has shaped rewards but no advantages yet.
+
+    Raises:
+        RuntimeError: ``on_exhausted=error`` and too few informative groups were found; the message
+            names P, the groups kept and the rounds used.
+    """
+    P = cfg.prompts_per_generation
+    ds = cfg.dynamic_sampling
+    stats = CollectStats()
+    if not ds.enable:
+        batch = draw(P)
+        stats.score = score(batch)
+        shape_rewards(batch, cfg)
+        stats.rounds, stats.groups_seen, stats.groups_kept = 1, P, P
+        stats.raw_batches = [batch]
+        return batch, stats, []
+    kept: list[RolloutBatch] = list(carry or [])
+    n_kept = sum(len(torch.unique(b.group_id)) for b in kept)
+    while n_kept < P and (ds.max_num_gen_batches == 0 or stats.rounds < ds.max_num_gen_batches):
+        batch = draw(P)
+        s = score(batch)
+        shape_rewards(batch, cfg)
+        stats.rounds += 1
+        stats.score.errors += s.errors
+        stats.score.calls += s.calls
+        stats.score.last_error = s.last_error or stats.score.last_error
+        stats.raw_batches.append(batch)
+        metric = batch.rewards if ds.metric == "reward" else batch.reward_components.get(ds.metric)
+        if metric is None:
+            raise KeyError(
+                f"dynamic_sampling.metric={ds.metric!r} is not a reward component "
+                f"(have: reward, {', '.join(batch.reward_components)})"
+            )
+        keep = nonzero_variance_groups(torch.nan_to_num(metric), batch.group_id)
+        stats.groups_seen += len(torch.unique(batch.group_id))
+        if keep.any():
+            sub = batch.select(keep.nonzero(as_tuple=True)[0])
+            kept.append(sub)
+            n_kept += len(torch.unique(sub.group_id))
+    excess: list[RolloutBatch] = []
+    if n_kept < P:
+        msg = (
+            f"dynamic sampling found {n_kept} informative groups of the {P} prompts wanted after "
+            f"{stats.rounds} generation rounds (dynamic_sampling.max_num_gen_batches={ds.max_num_gen_batches})"
+        )
+        if ds.on_exhausted == "error":
+            raise RuntimeError(msg)
+        warnings.warn(msg + "; training on what was kept", stacklevel=2)
+        stats.shortfall = P - n_kept
+        if not kept:
+            empty = stats.raw_batches[-1]
+            return empty.select([]), stats, []
+    merged = RolloutBatch.concat(kept, pad_token_id)
+    gids = list(dict.fromkeys(merged.group_id.tolist()))
+    if len(gids) > P:
+        keep_ids = set(gids[:P])
+        in_keep = torch.tensor([g in keep_ids for g in merged.group_id.tolist()])
+        if ds.keep_excess:
+            excess = [merged.select((~in_keep).nonzero(as_tuple=True)[0])]
+        merged = merged.select(in_keep.nonzero(as_tuple=True)[0])
+    stats.groups_kept = min(n_kept, P)
+    return merged, stats, excess

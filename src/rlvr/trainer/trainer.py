@@ -1,0 +1,352 @@
+"""The training loop: it wires a sampler, a scorer, the core loss and a schedule. No algorithm math here.
+
+Schedule (``grpo_core.md`` §4, §10): each generation batch of ``generation_batch_size`` completions
+feeds ``steps_per_generation × num_iterations`` optimizer updates; groups are reshuffled between
+passes. ``max_steps`` counts optimizer updates (TRL semantics).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from rlvr.config import RLConfig
+from rlvr.core.advantages import get_adv_estimator
+from rlvr.core.kl import canonical_kl_estimator
+from rlvr.core.objective import LossSettings
+from rlvr.errors import RlvrError
+from rlvr.rewards import Scorer
+from rlvr.samplers.group import GroupSampler, PromptEncoder
+from rlvr.trainer.checkpoint import save_checkpoint
+from rlvr.trainer.data import PromptLoader
+from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.logger import RunLogger
+from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
+from rlvr.trainer.optim import build_optimizer, build_scheduler
+from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.update import MaskFn, micro_batches, policy_update
+from rlvr.types import RolloutBatch, SamplingParams
+
+
+class TrainingError(RlvrError):
+    """Training cannot continue (e.g. too many consecutive non-finite updates)."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch RNGs (CPU runs are then reproducible)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def loss_settings(cfg: RLConfig) -> LossSettings:
+    """The core's loss settings from the run config (``kl_in_reward`` moves KL out of the loss)."""
+    return LossSettings(
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        clip_ratio_c=cfg.clip_ratio_c,
+        importance_sampling_level=cfg.importance_sampling_level,
+        loss_agg_mode=cfg.loss_agg_mode,
+        seq_denominator=cfg.seq_denominator,
+        loss_scale_factor=cfg.loss_scale_factor if cfg.loss_scale_factor else float(cfg.max_completion_length),
+        beta=0.0 if cfg.kl_in_reward else cfg.beta,
+        kl_estimator=canonical_kl_estimator(cfg.kl_estimator),
+        kl_is_correction=cfg.kl_is_correction,
+        entropy_coef=cfg.entropy_coef,
+        policy_loss=cfg.policy_loss,
+    )
+
+
+class Trainer:
+    """GRPO-family trainer.
+
+    Args:
+        cfg: the validated run configuration.
+        model: the policy (trained in place; fp32 on CPU).
+        tokenizer: its tokenizer (with a chat template).
+        task: prompt source and verifier (:class:`rlvr.tasks.Task`).
+        engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
+        sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
+            first_group_id=) -> RolloutBatch``; defaults to :class:`GroupSampler`.
+        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
+        extra_mask_fns: variant mask hooks applied in every update (e.g. μ-GRPO's veto).
+        output_dir: run directory; defaults to ``cfg.logging.output_dir``.
+    """
+
+    def __init__(
+        self,
+        cfg: RLConfig,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        task: Any,
+        *,
+        engine: Any = None,
+        sampler: Any = None,
+        ref_model: torch.nn.Module | None = None,
+        extra_mask_fns: Sequence[MaskFn] = (),
+        output_dir: str | Path | None = None,
+    ) -> None:
+        seed_everything(cfg.seed)
+        self.cfg = cfg
+        self.model = model
+        self.tokenizer = tokenizer
+        self.task = task
+        self.output_dir = Path(output_dir or cfg.logging.output_dir)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if engine is None:
+            from rlvr.engines.hf import HFEngine
+
+            engine = HFEngine(model, tokenizer)
+        self.engine = engine
+        system_prompt = cfg.task.system_prompt or task.system_prompt
+        self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
+        self.sampler = sampler or GroupSampler(engine, self.encoder, self.pad_token_id)
+        self.scorer = Scorer(task, tokenizer, fatal=cfg.reward_errors_fatal)
+        self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
+        self.optimizer = build_optimizer(model.parameters(), cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.settings = loss_settings(cfg)
+        self.adv_fn = get_adv_estimator(cfg.adv_estimator)
+        self.extra_mask_fns = list(extra_mask_fns)
+        self.ref_model = None
+        if cfg.beta > 0:
+            self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+            self.ref_model.eval().requires_grad_(False)
+        self.global_step = 0
+        self.generation_round = 0
+        self.num_tokens = 0
+        self.consecutive_nonfinite = 0
+        self._carry: list[RolloutBatch] = []
+        self._logger: RunLogger | None = None
+        self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+
+    # ----------------------------------------------------------------------------- rollouts
+    @property
+    def updates_per_generation(self) -> int:
+        """μ = ``steps_per_generation × num_iterations``."""
+        return self.cfg.steps_per_generation * self.cfg.num_iterations
+
+    def sampling_params(self) -> SamplingParams:
+        """Sampling settings of the current generation round; the seed is derived from the run seed
+        and the round index, so a resumed run draws the same rollouts."""
+        c = self.cfg
+        return SamplingParams(
+            temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
+            seed=(c.seed * 1_000_003 + self.generation_round * 7919) % 2**31,
+        )
+
+    def _draw(self, k: int) -> RolloutBatch:
+        problems = self.loader.next(k)
+        first = self.generation_round * 1_000_000 + self._draw_count * k
+        self._draw_count += 1
+        return self.sampler.sample(
+            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self.global_step,
+            first_group_id=first,
+        )
+
+    @torch.no_grad()
+    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+        was_training = model.training
+        model.eval()
+        out = torch.zeros_like(batch.completion_mask)
+        for rows in micro_batches(batch, self.cfg.per_device_train_batch_size):
+            micro = batch.select(rows)
+            logp, _ = completion_logprobs(
+                model, micro, pad_token_id=self.pad_token_id, chunk_size=self.cfg.logprob_chunk_size,
+                with_entropy=False,
+            )
+            out[rows, : logp.shape[1]] = logp
+        model.train(was_training)
+        return out
+
+    def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
+        """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
+        cfg = self.cfg
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        self._draw_count = 0
+        score_time = 0.0
+
+        def score(b: RolloutBatch):
+            nonlocal score_time
+            t = time.perf_counter()
+            s = self.scorer.score(b)
+            score_time += time.perf_counter() - t
+            return s
+
+        batch, cstats, self._carry = collect_generation_batch(
+            self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
+        )
+        timings["timing/reward_s"] = score_time
+        timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
+        self.generation_round += 1
+        metrics: dict[str, float] = {}
+        if len(batch) == 0:
+            return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
+        if (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
+            t = time.perf_counter()
+            batch.old_logp = self._logprobs(self.model, batch)
+            timings["timing/old_logprob_s"] = time.perf_counter() - t
+        if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler":
+            batch.old_logp = batch.sampler_logp
+        if self.ref_model is not None:
+            t = time.perf_counter()
+            batch.ref_logp = self._logprobs(self.ref_model, batch)
+            timings["timing/ref_logprob_s"] = time.perf_counter() - t
+            if cfg.kl_in_reward:
+                from rlvr.core.kl import kl_penalty
+
+                kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
+                batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
+        if self.updates_per_generation == 1:
+            batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
+        assign_advantages(batch, cfg, self.adv_fn)
+        all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
+        metrics.update(rollout_metrics(batch if all_rows is None else all_rows))
+        if all_rows is not None:
+            metrics["advantages/mean"] = float(batch.advantages.mean())
+            metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
+        metrics.update(timings)
+        metrics["reward/verifier_errors"] = float(cstats.score.errors)
+        metrics["prompts/truncated_total"] = float(self.encoder.truncated)
+        if cfg.dynamic_sampling.enable:
+            metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
+            metrics["dynamic_sampling/kept_group_frac"] = cstats.groups_kept / max(cstats.groups_seen, 1)
+            metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
+        self._last_samples = self._sample_rows(batch)
+        return batch, metrics
+
+    def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
+        k = self.cfg.logging.num_completions_to_print
+        rows = []
+        for i in range(min(k, len(batch))):
+            p = batch.problems[int(batch.prompt_index[i])]
+            rows.append({
+                "question": getattr(p, "question", str(p)),
+                "completion": batch.texts[i] if batch.texts else "",
+                "reward": float(batch.rewards[i]),
+                "feedback": batch.feedback[i] if batch.feedback else None,
+            })
+        return rows
+
+    # ----------------------------------------------------------------------------- updates
+    def optimizer_batches(self, batch: RolloutBatch) -> list[RolloutBatch]:
+        """Split a generation batch into ``steps_per_generation × num_iterations`` optimizer batches of
+        whole groups, reshuffling groups (seeded) before each pass."""
+        groups = list(dict.fromkeys(batch.group_id.tolist()))
+        rows_of: dict[int, list[int]] = {}
+        for i, g in enumerate(batch.group_id.tolist()):
+            rows_of.setdefault(g, []).append(i)
+        out = []
+        for it in range(self.cfg.num_iterations):
+            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.generation_round * 101 + it)
+            order = [groups[i] for i in torch.randperm(len(groups), generator=gen).tolist()]
+            spg = min(self.cfg.steps_per_generation, len(order))
+            per = -(-len(order) // spg)
+            for s in range(spg):
+                chunk = order[s * per : (s + 1) * per]
+                if chunk:
+                    out.append(batch.select([r for g in chunk for r in rows_of[g]]))
+        return out
+
+    def _update(self, opt_batch: RolloutBatch) -> dict[str, float]:
+        cfg = self.cfg
+        t = time.perf_counter()
+        self.model.train()
+        res = policy_update(
+            self.model, self.optimizer, opt_batch, self.settings, pad_token_id=self.pad_token_id,
+            rows_per_micro=cfg.per_device_train_batch_size, loss_norm_scope=cfg.loss_norm_scope,
+            mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
+            chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
+        )
+        m = dict(res.metrics)
+        m["timing/update_s"] = time.perf_counter() - t
+        m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        staleness = (self.global_step - opt_batch.policy_version).float()
+        m["staleness/mean"] = float(staleness.mean())
+        m["staleness/max"] = float(staleness.max())
+        if res.skipped:
+            self.consecutive_nonfinite += 1
+            m["actor/skipped_nonfinite"] = 1.0
+        else:
+            self.consecutive_nonfinite = 0
+            self.scheduler.step()
+            m["actor/skipped_nonfinite"] = 0.0
+        self.num_tokens += res.tokens
+        return m
+
+    # ----------------------------------------------------------------------------- loop
+    def train(self) -> dict[str, float]:
+        """Run until ``max_steps`` optimizer updates; returns the last step's metrics.
+
+        Raises:
+            TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
+                gradient (a checkpoint is written first).
+        """
+        cfg = self.cfg
+        logger = RunLogger(
+            self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
+            progress=cfg.logging.progress,
+        )
+        self._logger = logger
+        last: dict[str, float] = {}
+        t_run = time.perf_counter()
+        try:
+            while self.global_step < cfg.max_steps:
+                t_step = time.perf_counter()
+                batch, gen_metrics = self.generate_batch()
+                gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
+                opt_batches = self.optimizer_batches(batch) if len(batch) else []
+                for i, ob in enumerate(opt_batches):
+                    if self.global_step >= cfg.max_steps:
+                        break
+                    m = self._update(ob)
+                    self.global_step += 1
+                    if i == 0:
+                        m.update(gen_metrics)
+                        m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
+                    m["timing/step_s"] = time.perf_counter() - t_step
+                    m["perf/tokens_per_s"] = self.num_tokens / max(time.perf_counter() - t_run, 1e-9)
+                    m["perf/num_tokens"] = float(self.num_tokens)
+                    m["perf/peak_memory_mb"] = peak_memory_mb()
+                    m["generation/round"] = float(self.generation_round)
+                    t_step = time.perf_counter()
+                    last = m
+                    self._after_step(m)
+                if not opt_batches:
+                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
+        finally:
+            logger.close()
+        self.save(self.output_dir / "final", hf_folder=True)
+        return last
+
+    def _after_step(self, m: dict[str, float]) -> None:
+        cfg, logger = self.cfg, self._logger
+        assert logger is not None
+        if self.global_step % cfg.logging.logging_steps == 0 or self.global_step == cfg.max_steps:
+            logger.log(self.global_step, m)
+        if cfg.logging.log_completions_steps and self.global_step % cfg.logging.log_completions_steps == 1 % max(
+            cfg.logging.log_completions_steps, 1
+        ):
+            logger.log_completions(self.global_step, getattr(self, "_last_samples", []))
+        for cb in self.callbacks:
+            cb(self, m)
+        if self.consecutive_nonfinite >= cfg.max_consecutive_nonfinite:
+            self.save(self.output_dir / f"checkpoint-{self.global_step}")
+            raise TrainingError(
+                f"{self.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
+                f"(max_consecutive_nonfinite={cfg.max_consecutive_nonfinite}); stopped at step "
+                f"{self.global_step} and wrote a checkpoint. Try a lower learning_rate or max_grad_norm."
+            )
+        if cfg.save_steps and self.global_step % cfg.save_steps == 0:
+            self.save(self.output_dir / f"checkpoint-{self.global_step}")
+
+    def save(self, path: Path, *, hf_folder: bool = False) -> Path:
+        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config)."""
+        return save_checkpoint(self, path, hf_folder=hf_folder)

@@ -1,0 +1,127 @@
+"""One optimizer update on an optimizer batch: micro-batches, gradient accumulation, clipping, step.
+
+Micro-batches are cut from rows sorted by total length, and each one is cut to its own longest row
+(:meth:`RolloutBatch.select`), so no row pays for another's padding. With
+``loss_norm_scope=global`` the normalisers come from the whole optimizer batch, so the gradient does
+not depend on the micro-batch size (``grpo_core.md`` §6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rlvr.core.aggregation import compute_denominators
+from rlvr.core.masks import combine_masks, truncation_mask
+from rlvr.core.objective import LossSettings, policy_objective
+from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.metrics import LossMetricAccumulator
+from rlvr.types import RolloutBatch
+
+MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], torch.Tensor]
+"""A variant mask hook: ``(micro_batch, logp [n,T], old_logp [n,T] | None) -> {0,1} mask [n,T]``."""
+
+
+def loss_weights(batch: RolloutBatch, *, mask_truncated: bool) -> torch.Tensor:
+    """Effective loss weight ``W = M ⊙ w ⊙ truncation mask`` ``[N, T]`` (``grpo_core.md`` §5.4)."""
+    trunc = truncation_mask(batch.is_truncated, batch.completion_mask.shape[1]) if mask_truncated else None
+    return combine_masks(batch.completion_mask, batch.token_weights, trunc)
+
+
+def micro_batches(batch: RolloutBatch, rows_per_micro: int) -> list[list[int]]:
+    """Row indices of each micro-batch: rows sorted by ``context + completion`` length (longest first),
+    cut into chunks of ``rows_per_micro``."""
+    total = [len(c) + int(k) for c, k in zip(batch.context_ids, batch.completion_lengths.tolist())]
+    order = sorted(range(len(batch)), key=lambda i: -total[i])
+    return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+
+
+@dataclass
+class UpdateResult:
+    """What one optimizer update reports.
+
+    Attributes:
+        metrics: ``actor/*`` and ``loss/*`` scalars.
+        skipped: the update was skipped because the loss or gradient was not finite.
+        tokens: completion tokens processed.
+    """
+
+    metrics: dict[str, float]
+    skipped: bool
+    tokens: int
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: RolloutBatch,
+    settings: LossSettings,
+    *,
+    pad_token_id: int,
+    rows_per_micro: int,
+    loss_norm_scope: str = "global",
+    mask_truncated: bool = False,
+    max_grad_norm: float | None = 1.0,
+    chunk_size: int = 1024,
+    extra_mask_fns: Sequence[MaskFn] = (),
+    step_optimizer: bool = True,
+) -> UpdateResult:
+    """Forward/backward over micro-batches of ``batch`` and one optimizer step.
+
+    ``batch.advantages`` must be set; ``batch.old_logp`` may be None (on-policy: ratio ≡ 1). A
+    non-finite loss or gradient norm skips the step (gradients are discarded) and reports
+    ``skipped=True`` — the caller counts consecutive skips.
+
+    Raises:
+        ValueError: ``batch.advantages`` is missing.
+    """
+    if batch.advantages is None:
+        raise ValueError("policy_update: batch.advantages is not set")
+    W_full = loss_weights(batch, mask_truncated=mask_truncated)
+    denominators = None
+    if loss_norm_scope == "global":
+        denominators = compute_denominators(
+            W_full, settings.loss_agg_mode, seq_denominator=settings.seq_denominator,
+            loss_scale_factor=settings.loss_scale_factor,
+        )
+    groups = micro_batches(batch, rows_per_micro)
+    acc = LossMetricAccumulator()
+    optimizer.zero_grad(set_to_none=True)
+    finite = True
+    need_entropy_grad = settings.entropy_coef != 0.0
+    for rows in groups:
+        micro = batch.select(rows)
+        W = W_full[rows][:, : micro.completion_mask.shape[1]]
+        logp, entropy = completion_logprobs(
+            model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=True,
+            entropy_grad=need_entropy_grad,
+        )
+        masks = [fn(micro, logp, micro.old_logp) for fn in extra_mask_fns]
+        loss, metrics = policy_objective(
+            logp, micro.old_logp, micro.advantages, W, settings, denominators,
+            ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
+        )
+        if denominators is None:
+            loss = loss / len(groups)
+            metrics = {k: (v / len(groups) if k.startswith("loss/") else v) for k, v in metrics.items()}
+        if not torch.isfinite(loss):
+            finite = False
+            break
+        loss.backward()
+        acc.add(metrics)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = math.nan
+    if finite:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+        grad_norm = float(norm)
+        finite = math.isfinite(grad_norm)
+    if finite and step_optimizer:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    out = acc.result()
+    out["actor/grad_norm"] = grad_norm
+    out["actor/num_micro_batches"] = float(len(groups))
+    return UpdateResult(metrics=out, skipped=not finite, tokens=int(batch.completion_mask.sum()))
