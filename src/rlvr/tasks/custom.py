@@ -1,0 +1,219 @@
+"""User reward functions given as ``module:function``, wrapped around any task's problems."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import math
+import numbers
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from rlvr.errors import ConfigError
+from rlvr.tasks.answers import extract_answer_with_source
+from rlvr.tasks.base import Problem, Split, Task, Verdict
+
+RewardFn = Callable[..., Any]
+
+
+def _import_module(module: str, spec: str) -> Any:
+    if module.endswith(".py") or os.sep in module or "/" in module:
+        path = Path(module)
+        if not path.is_file():
+            raise ConfigError(f"task.reward_fn={spec!r}: file {module!r} not found")
+        mod_name = f"rlvr_reward_{path.stem}"
+        file_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if file_spec is None or file_spec.loader is None:  # pragma: no cover - only for odd suffixes
+            raise ConfigError(f"task.reward_fn={spec!r}: cannot import {module!r} as a Python file")
+        mod = importlib.util.module_from_spec(file_spec)
+        sys.modules[mod_name] = mod
+        try:
+            file_spec.loader.exec_module(mod)
+        except Exception as exc:
+            sys.modules.pop(mod_name, None)
+            raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+        return mod
+    top = module.split(".")[0]
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != top or os.getcwd() in sys.path:
+            raise ConfigError(f"task.reward_fn={spec!r}: cannot import module {module!r} ({exc})") from exc
+    except Exception as exc:
+        raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+    # the `rlvr` console script does not put the working directory on sys.path: try it once
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"task.reward_fn={spec!r}: cannot import module {module!r} ({exc}); it must be importable "
+            "(installed, on PYTHONPATH, or in the working directory), or give a file: 'path/to/file.py:function'"
+        ) from exc
+    except Exception as exc:
+        raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        try:
+            sys.path.remove(os.getcwd())
+        except ValueError:  # pragma: no cover
+            pass
+
+
+def load_reward_fn(spec: str) -> RewardFn:
+    """Import a reward function from ``"module:function"`` (or ``"path/to/file.py:function"``).
+
+    Args:
+        spec: module path (dotted, importable; the working directory is tried too) or a ``.py``
+            file, a colon, and an attribute path (``"my_rewards:Scorer.score"`` works).
+
+    Returns:
+        The callable. It is called as ``fn(completion=str, problem=Problem)``.
+
+    Raises:
+        ConfigError: no colon; module not found or failing on import (with its error); attribute
+            missing (with close names from the module); or the attribute is not callable.
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ConfigError(f"task.reward_fn must look like 'module:function', got {spec!r}")
+    module, _, attr = spec.rpartition(":")
+    if not module or not attr:
+        raise ConfigError(f"task.reward_fn must look like 'module:function', got {spec!r}")
+    obj: Any = _import_module(module, spec)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"task.reward_fn={spec!r}: {module!r} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"task.reward_fn={spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def _fn_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}:{name}" if mod else str(name)
+
+
+def _as_score(value: Any, fn: Any) -> float | None:
+    """A finite float for bool/real/0-d numeric values, else None."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if not isinstance(value, numbers.Real):
+        item = getattr(value, "item", None)  # 0-d torch / numpy arrays
+        if item is None or getattr(value, "ndim", 1) != 0:
+            return None
+        value = item()
+        if isinstance(value, bool):
+            return 1.0 if value else 0.0
+        if not isinstance(value, numbers.Real):
+            return None
+    score = float(value)
+    if not math.isfinite(score):
+        raise ValueError(f"reward function {_fn_name(fn)} returned a non-finite score {score!r}")
+    return score
+
+
+def _describe(out: Any) -> str:
+    if isinstance(out, tuple):
+        return f"a tuple of ({', '.join(type(x).__name__ for x in out)})"
+    if isinstance(out, dict):
+        if "score" not in out:
+            return f"a dict without a 'score' key (keys: {', '.join(map(str, out))})"
+        return f"a dict with score {type(out['score']).__name__}, feedback {type(out.get('feedback')).__name__}"
+    return f"a {type(out).__name__}"
+
+
+class RewardFnTask:
+    """Any task's problems, scored by a user reward function instead of the task's verifier.
+
+    Args:
+        base_task: supplies ``name``, ``system_prompt`` and ``problems``.
+        fn: the reward function, or its ``"module:function"`` spec (then the task pickles by spec).
+        correct_threshold: ``correct = score >= correct_threshold``; default: the base task's
+            ``correct_threshold`` attribute, else 1.0.
+
+    ``verify`` calls ``fn(completion=completion, problem=problem)``, which may return:
+    a float/int (the score); a bool (1.0/0.0); a ``(score, feedback)`` tuple; a dict with
+    ``score`` and optional ``feedback``/``correct``/``extracted``; or a :class:`Verdict` (used as
+    is). The returned feedback is used verbatim (``None`` if absent): interpretation — the task's
+    own "answer is incorrect" feedback would be wrong for a reward that is not answer matching.
+    """
+
+    def __init__(self, base_task: Task, fn: RewardFn | str, correct_threshold: float | None = None) -> None:
+        self.base_task = base_task
+        self.spec = fn if isinstance(fn, str) else None
+        self.fn = load_reward_fn(fn) if isinstance(fn, str) else fn
+        if not callable(self.fn):
+            raise ConfigError(f"reward function must be callable, got {type(self.fn).__name__}")
+        if correct_threshold is None:
+            correct_threshold = float(getattr(base_task, "correct_threshold", 1.0))
+        self.correct_threshold = correct_threshold
+        self.name = base_task.name
+        self.system_prompt = base_task.system_prompt
+
+    def problems(self, split: Split) -> list[Problem]:
+        """The base task's problems of ``split``."""
+        return self.base_task.problems(split)
+
+    def verify(self, problem: Problem, completion: str) -> Verdict:
+        """Score ``completion`` with the reward function.
+
+        Returns:
+            A :class:`Verdict`; ``extracted``/``source`` come from
+            :func:`~rlvr.tasks.answers.extract_answer_with_source` unless the function gave them.
+
+        Raises:
+            TypeError: the function returned another type (names the function and the type).
+            ValueError: it returned a non-finite score.
+            Exception: whatever the function raises (the trainer's scorer counts it and scores 0).
+        """
+        out = self.fn(completion=completion, problem=problem)
+        if isinstance(out, Verdict):
+            return out
+        feedback: Any = None
+        correct: bool | None = None
+        extracted: str | None = None
+        score: float | None
+        if isinstance(out, tuple) and len(out) == 2:
+            score, feedback = _as_score(out[0], self.fn), out[1]
+        elif isinstance(out, dict) and "score" in out:
+            score = _as_score(out["score"], self.fn)
+            feedback, extracted = out.get("feedback"), out.get("extracted")
+            correct = None if out.get("correct") is None else bool(out["correct"])
+        else:
+            score = _as_score(out, self.fn)
+        if score is None or not (feedback is None or isinstance(feedback, str)):
+            raise TypeError(
+                f"reward function {_fn_name(self.fn)} returned {_describe(out)}; expected a float, a bool, "
+                "a (score, feedback) tuple, a dict with 'score' (and optional 'feedback'), or a Verdict"
+            )
+        ext, source = extract_answer_with_source(completion)
+        if correct is None:
+            correct = score >= self.correct_threshold
+        return Verdict(
+            score=score,
+            correct=correct,
+            feedback=feedback,
+            extracted=extracted if extracted is not None else ext,
+            source=None if extracted is not None else source,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.spec is not None:  # functions loaded from files may not pickle by reference
+            state["fn"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.fn is None and self.spec is not None:
+            self.fn = load_reward_fn(self.spec)
+
+    def __repr__(self) -> str:
+        return f"RewardFnTask({self.base_task!r}, fn={self.spec or _fn_name(self.fn)})"

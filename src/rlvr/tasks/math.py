@@ -1,0 +1,372 @@
+"""Math word problems (GSM8K-style JSONL or a Hugging Face dataset) verified with math-verify.
+
+Facts this module relies on (math-verify 0.9.0, checked here): ``verify(parse(gold), parse(pred))``
+treats ``\\boxed{3/4}`` and ``0.75``, ``1,000`` and ``1000``, ``x = 5`` and ``5`` as equal; ``parse``
+and ``verify`` guard themselves with ``signal.alarm`` timeouts, which only work in the main thread
+(elsewhere they must be disabled); the first call takes ~50 ms (LaTeX grammar warm-up), later ones
+about a millisecond.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from rlvr.errors import ConfigError, DataError
+from rlvr.tasks.answers import _from_boxed, extract_answer_with_source, gold_from_gsm8k
+from rlvr.tasks.base import Problem, Split, Verdict, check_split
+from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
+from rlvr.tasks.prompts import DEFAULT_SYSTEM_PROMPT
+
+_NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?$")
+_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_NUM_WORDS = re.compile(r"^(?:\\?\$)?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z][A-Za-z .]*$")
+_MAX_PRED_CHARS = 300
+_TIMEOUT_S = 2
+
+
+def gold_from_field(value: Any) -> str:
+    """The gold answer string of one row's answer field.
+
+    Args:
+        value: a GSM8K solution ending in ``#### n``; a solution holding ``\\boxed{...}`` (MATH);
+            a plain answer string; or a JSON number.
+
+    Returns:
+        The text after the final ``####`` (commas removed), else the last boxed content, else the
+        stripped string (numbers via ``str``).
+
+    Raises:
+        DataError: empty, or of another type (e.g. null or a list).
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(f"answer must be a string or a number, got {type(value).__name__}")
+    if not isinstance(value, str):
+        return str(value)
+    if "####" in value:
+        return gold_from_gsm8k(value)
+    if "\\boxed" in value or "\\fbox" in value:
+        boxed = _from_boxed(value)
+        if boxed:
+            return boxed
+    gold = value.strip()
+    if not gold:
+        raise DataError("answer is empty")
+    return gold
+
+
+def _plain_number(s: str) -> Decimal | None:
+    t = s.strip().replace("\\$", "").replace("$", "").strip()
+    if _THOUSANDS.match(t):
+        t = t.replace(",", "")
+    if not _NUM.match(t):
+        return None
+    try:
+        return Decimal(t)
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
+        return None
+
+
+def _timeouts() -> int | None:
+    # math-verify's timeouts use signal.alarm, which raises outside the main thread
+    return _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+@lru_cache(maxsize=8192)
+def _parse_gold(gold: str) -> list[Any]:
+    from math_verify import parse
+
+    text = gold if ("\\boxed" in gold or "$" in gold) else f"${gold}$"
+    return parse(text, parsing_timeout=_timeouts())
+
+
+def answers_match(gold: str, pred: str) -> tuple[bool, bool]:
+    """Whether ``pred`` equals ``gold`` mathematically.
+
+    Args:
+        gold: the reference answer (``"72"``, ``"\\frac{3}{4}"``, ``"0.75"``).
+        pred: the extracted model answer (content of its ``\\boxed{}``, or a bare number).
+
+    Returns:
+        ``(equal, parsed)``. ``parsed`` is False when math-verify could not read ``pred`` (or it is
+        longer than 300 characters, or math-verify raised or timed out); then ``equal`` is False.
+
+    Interpretation: two plain decimals (thousands commas and ``$`` allowed) are compared exactly
+    without math-verify, because that is GSM8K's whole answer space and costs microseconds; a
+    number followed only by words (``18 dollars``, ``5 apples``) counts as that number when the
+    gold is a plain number (math-verify 0.9 accepts ``5 apples`` but rejects ``5 dollars``);
+    everything else goes to ``math_verify.verify(parse(gold), parse("\\boxed{pred}"))`` — boxing
+    the prediction makes ``parse`` take it whole. Timeouts (2 s) apply only in the main thread.
+    """
+    g, p = _plain_number(gold), _plain_number(pred)
+    if g is not None and p is None:
+        m = _NUM_WORDS.match(pred.strip())
+        p = _plain_number(m.group(1)) if m else None
+    if g is not None and p is not None:
+        return g == p, True
+    if len(pred) > _MAX_PRED_CHARS:
+        return False, False
+    try:
+        from math_verify import parse, verify
+
+        gold_parsed = _parse_gold(gold)
+        pred_parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=_timeouts())
+        if not pred_parsed:
+            return False, False
+        if not gold_parsed:
+            return False, True
+        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=_timeouts())), True
+    except Exception:  # math-verify on odd input: count as wrong, never crash the run
+        return False, False
+
+
+def _split_rows(rows: list[Any], eval_size: int, eval_seed: int, where: str) -> tuple[list[Any], list[Any]]:
+    n = len(rows)
+    if eval_size >= n:
+        raise DataError(
+            f"{where} has {n} rows; holding out eval_size={eval_size} for evaluation would leave no "
+            "training rows (lower task.eval_size or give task.eval_path)"
+        )
+    order = list(range(n))
+    random.Random(eval_seed).shuffle(order)
+    held = set(order[:eval_size])
+    eval_rows = [r for i, r in enumerate(rows) if i in held]
+    train_rows = [r for i, r in enumerate(rows) if i not in held]
+    return train_rows, eval_rows
+
+
+def _cap(rows: list[Any], k: int | None, seed: int) -> list[Any]:
+    if k is None or len(rows) <= k:
+        return rows
+    keep = set(random.Random(seed).sample(range(len(rows)), k))
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
+def _problem(uid: str, row: dict[str, Any], qf: str, af: str, where: str) -> Problem:
+    for f in (qf, af):
+        if f not in row:
+            raise DataError(
+                f"{where}: row has no field {f!r} (fields: {', '.join(map(str, row)) or 'none'}); "
+                f"set task.{'question' if f == qf else 'answer'}_field"
+            )
+    q = row[qf]
+    if not isinstance(q, str) or not q.strip():
+        raise DataError(f"{where}: field {qf!r} must be a non-empty string, got {q!r:.60}")
+    try:
+        gold = gold_from_field(row[af])
+    except DataError as exc:
+        raise DataError(f"{where}: field {af!r}: {exc}") from None
+    meta = {"raw_answer": row[af]} if isinstance(row[af], str) and row[af].strip() != gold else {}
+    return Problem(uid=uid, question=q, answer=gold, metadata=meta)
+
+
+def read_jsonl(path: str | Path, question_field: str = "question", answer_field: str = "answer") -> list[Problem]:
+    """Read a GSM8K-style JSONL file into problems (blank lines skipped).
+
+    Args:
+        path: the file; one JSON object per line.
+        question_field, answer_field: the row keys of question and answer.
+
+    Returns:
+        One :class:`Problem` per row, in file order; ``uid`` is ``"<file name>:<line>"``,
+        ``answer`` the gold from :func:`gold_from_field`.
+
+    Raises:
+        DataError: the file is missing (names the path) or empty; a line is not a JSON object, or
+            lacks a field, or has an unusable answer (names file, 1-based line and field).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"JSONL file not found: {str(p)!r}")
+    out: list[Problem] = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{p}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            out.append(_problem(f"{p.name}:{lineno}", row, question_field, answer_field, where))
+    if not out:
+        raise DataError(f"JSONL file {str(p)!r} has no rows")
+    return out
+
+
+class MathTask:
+    """Math word problems with a single gold answer, verified with math-verify.
+
+    Build it with :meth:`from_jsonl` or :meth:`from_hf`, or from two lists of problems.
+
+    Args:
+        name: task name for logs.
+        train, eval: the problems of each split (``answer`` holds the gold string).
+        system_prompt: default :data:`~rlvr.tasks.prompts.DEFAULT_SYSTEM_PROMPT`.
+        correct_threshold: ``correct = score >= correct_threshold`` (scores are 0 or 1).
+        feedback_hint: append :data:`~rlvr.tasks.feedback.FORMAT_HINT` to feedback.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        train: list[Problem],
+        eval: list[Problem],
+        system_prompt: str | None = None,
+        correct_threshold: float = 1.0,
+        *,
+        feedback_hint: bool = False,
+    ) -> None:
+        self.name = name
+        self._splits = {"train": list(train), "eval": list(eval)}
+        self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.correct_threshold = correct_threshold
+        self.hint = FORMAT_HINT if feedback_hint else None
+
+    @classmethod
+    def from_jsonl(
+        cls,
+        path: str | Path,
+        *,
+        eval_path: str | Path | None = None,
+        question_field: str = "question",
+        answer_field: str = "answer",
+        train_size: int | None = None,
+        eval_size: int = 100,
+        seed: int = 0,
+        eval_seed: int = 10_000,
+        **kwargs: Any,
+    ) -> "MathTask":
+        """A task from a JSONL file (and optionally a separate eval file).
+
+        Args:
+            path: training file (also the eval source when ``eval_path`` is None).
+            eval_path: a separate eval file, or None to hold out ``eval_size`` rows of ``path``
+                (a seeded choice by ``eval_seed``; the rest, minus any row whose question also
+                appears in the held-out rows, is the train split).
+            question_field, answer_field: row keys.
+            train_size: at most this many train rows (a ``seed``-seeded sample in file order);
+                None keeps all.
+            eval_size: eval rows (held out, or sampled by ``eval_seed`` from ``eval_path``).
+            seed, eval_seed: the seeds above.
+            **kwargs: ``system_prompt``, ``correct_threshold``, ``feedback_hint``.
+
+        Raises:
+            DataError: see :func:`read_jsonl`; or too few rows to hold out ``eval_size``.
+        """
+        rows = read_jsonl(path, question_field, answer_field)
+        if eval_path is None:
+            train, ev = _split_rows(rows, eval_size, eval_seed, str(path))
+            held_q = {p.question for p in ev}
+            train = [p for p in train if p.question not in held_q]
+        else:
+            train, ev = rows, _cap(read_jsonl(eval_path, question_field, answer_field), eval_size, eval_seed)
+        return cls(Path(path).stem, _cap(train, train_size, seed), ev, **kwargs)
+
+    @classmethod
+    def from_hf(
+        cls,
+        name: str,
+        hf_config: str | None = None,
+        *,
+        train_split: str = "train",
+        eval_split: str | None = "test",
+        question_field: str = "question",
+        answer_field: str = "answer",
+        train_size: int | None = None,
+        eval_size: int = 100,
+        seed: int = 0,
+        eval_seed: int = 10_000,
+        **kwargs: Any,
+    ) -> "MathTask":
+        """A task from a Hugging Face dataset via ``datasets.load_dataset(name, hf_config, split=...)``.
+
+        Args:
+            name, hf_config: dataset id and configuration (``"openai/gsm8k"``, ``"main"``).
+            train_split, eval_split: split names; an ``eval_split`` that is empty or equal to
+                ``train_split`` holds out ``eval_size`` train rows instead.
+            others: as in :meth:`from_jsonl`.
+
+        Raises:
+            ConfigError: the ``datasets`` package is not installed (``pip install datasets``).
+            DataError: the dataset or split cannot be loaded (offline, unknown id), or a row lacks a
+                field (names dataset, split, 0-based row index and field).
+        """
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                "task.type=hf_dataset needs the Hugging Face `datasets` package: pip install datasets"
+            ) from None
+
+        def load(split: str) -> list[Problem]:
+            try:
+                ds = datasets.load_dataset(name, hf_config, split=split)
+            except Exception as exc:
+                raise DataError(
+                    f"could not load Hugging Face dataset {name!r} (config {hf_config!r}, split {split!r}): "
+                    f"{type(exc).__name__}: {exc} (offline? HF_HUB_OFFLINE=1 needs it in the local cache)"
+                ) from exc
+            return [
+                _problem(f"{name}/{split}/{i}", dict(row), question_field, answer_field,
+                         f"dataset {name!r} split {split!r} row {i}")
+                for i, row in enumerate(_rows(ds))
+            ]
+
+        rows = load(train_split)
+        if not eval_split or eval_split == train_split:
+            train, ev = _split_rows(rows, eval_size, eval_seed, f"dataset {name!r} split {train_split!r}")
+            held_q = {p.question for p in ev}
+            train = [p for p in train if p.question not in held_q]
+        else:
+            train, ev = rows, _cap(load(eval_split), eval_size, eval_seed)
+        return cls(name.rsplit("/", 1)[-1], _cap(train, train_size, seed), ev, **kwargs)
+
+    def problems(self, split: Split) -> list[Problem]:
+        """The problems of ``split`` (a copy of the list).
+
+        Raises:
+            ValueError: unknown split.
+        """
+        check_split(split)
+        return list(self._splits[split])
+
+    def verify(self, problem: Problem, completion: str) -> Verdict:
+        """Extract the final answer and compare it with ``problem.answer`` (see :func:`answers_match`).
+
+        Returns:
+            ``Verdict`` with score 1.0 or 0.0, ``correct = score >= correct_threshold``, label-free
+            feedback, the extracted answer and its source. A completion without any answer scores 0.
+
+        Raises:
+            DataError: ``problem.answer`` is None (a math problem needs a gold answer).
+        """
+        if problem.answer is None:
+            raise DataError(f"problem {problem.uid!r} has no gold answer to verify against")
+        extracted, source = extract_answer_with_source(completion)
+        parsed = True
+        equal = False
+        if extracted is not None:
+            equal, parsed = answers_match(problem.answer, extracted)
+        score = 1.0 if equal else 0.0
+        correct = score >= self.correct_threshold
+        feedback = make_feedback(extracted, source, correct, hint=self.hint, unparseable=not parsed)
+        return Verdict(score=score, correct=correct, feedback=feedback, extracted=extracted, source=source)
+
+    def __repr__(self) -> str:
+        return f"MathTask({self.name!r}, train={len(self._splits['train'])}, eval={len(self._splits['eval'])})"
+
+
+def _rows(ds: Iterable[Any]) -> Iterable[dict[str, Any]]:
+    for row in ds:
+        if not isinstance(row, dict):
+            raise DataError(f"dataset rows must be mappings, got {type(row).__name__}")
+        yield row
