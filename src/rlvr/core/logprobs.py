@@ -1,0 +1,211 @@
+"""Memory-bounded log-probabilities and entropy of sampled tokens (``specs/grpo_core.md`` §4, §8).
+
+:func:`selective_log_softmax_and_entropy` applies the LM head (``hidden @ weight.T + bias``) to
+``chunk_size`` tokens at a time, so at most ``chunk_size × V`` logits exist at once — in the forward
+pass **and** in the backward pass: a custom autograd function saves only the inputs and one
+log-sum-exp per token, and recomputes each chunk's logits during backward (the trade-off of fused
+linear-cross-entropy kernels: one extra ``[chunk, H] × [H, V]`` matmul per chunk, no ``[n, V]`` activations).
+
+Numerics: logits are computed in the input dtype and the softmax in at least float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+__all__ = ["entropy_from_logits", "selective_log_softmax_and_entropy"]
+
+
+def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of ``softmax(logits / temperature)`` over the last dimension.
+
+    Args:
+        logits: ``[..., V]`` unnormalised log-probabilities; ``−inf`` entries (masked vocabulary) are
+            allowed and contribute 0.
+        temperature: ``> 0``.
+
+    Returns:
+        ``[...]`` entropy in nats, ``0 <= H <= log V``; dtype at least float32. Differentiable.
+
+    Raises:
+        ValueError: ``temperature <= 0`` or ``logits`` is 0-d.
+
+    Source: grpo_core.md §8 (``H = −Σ_v p_v log p_v``, ``p = softmax(z / logprob_temperature)``).
+    """
+    if logits.dim() == 0:
+        raise ValueError("entropy_from_logits: logits must have a vocabulary dimension [..., V]")
+    if not temperature > 0:
+        raise ValueError(f"entropy_from_logits: temperature must be > 0, got {temperature}")
+    dt = torch.promote_types(logits.dtype, torch.float32)
+    z = logits.to(dt) / temperature
+    logp = torch.log_softmax(z, dim=-1)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros((), dtype=dt, device=z.device)).sum(dim=-1)
+
+
+def _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt):
+    z = hidden[s:e] @ weight.t()  # [c, V]
+    if bias is not None:
+        z = z + bias
+    return z.to(dt) * inv_temp[s:e, None]
+
+
+class _ChunkedLMHeadLogProb(torch.autograd.Function):
+    """logp[n], entropy[n] of ``target`` under ``softmax((hidden @ weight.T + bias) * inv_temp)``."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad):
+        n = hidden.shape[0]
+        dt = torch.promote_types(hidden.dtype, torch.float32)
+        logp = torch.empty(n, dtype=dt, device=hidden.device)
+        lse_all = torch.empty(n, dtype=dt, device=hidden.device)
+        ent = torch.empty(n if with_entropy else 0, dtype=dt, device=hidden.device)
+        for s in range(0, n, chunk_size):
+            e = min(s + chunk_size, n)
+            z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
+            lse = torch.logsumexp(z, dim=-1)  # [c]
+            lse_all[s:e] = lse
+            logp[s:e] = z.gather(1, target[s:e, None]).squeeze(1) - lse
+            if with_entropy:
+                lp = z - lse[:, None]
+                p = lp.exp()
+                ent[s:e] = -torch.where(p > 0, p * lp, torch.zeros((), dtype=dt, device=z.device)).sum(-1)
+        ctx.chunk_size = chunk_size
+        ctx.entropy_grad = bool(with_entropy and entropy_grad)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(hidden, weight, bias, target, inv_temp, lse_all, ent)
+        if not ctx.entropy_grad:
+            ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_logp, g_ent):
+        hidden, weight, bias, target, inv_temp, lse_all, ent = ctx.saved_tensors
+        if not ctx.entropy_grad:
+            g_ent = None
+        n = hidden.shape[0]
+        dt = lse_all.dtype
+        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        grad_h = torch.zeros_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=dt, device=weight.device) if need_w else None
+        grad_b = None
+        if need_b and bias is not None:
+            grad_b = torch.zeros(bias.shape, dtype=dt, device=bias.device)
+        if g_logp is None and g_ent is None:
+            return grad_h, grad_w, grad_b, None, None, None, None, None
+        for s in range(0, n, ctx.chunk_size):
+            e = min(s + ctx.chunk_size, n)
+            z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
+            lp = z - lse_all[s:e, None]  # log p, [c, V]
+            p = lp.exp()
+            gz = torch.zeros_like(z)
+            if g_logp is not None:
+                g = g_logp[s:e].to(dt)
+                gz = gz - p * g[:, None]
+                gz.scatter_add_(1, target[s:e, None], g[:, None])  # d logp / dz = onehot − p
+            if g_ent is not None:
+                # dH/dz_k = −p_k (log p_k + H)
+                zero = torch.zeros((), dtype=dt, device=z.device)
+                term = torch.where(p > 0, p * (lp + ent[s:e, None]), zero)
+                gz = gz - g_ent[s:e].to(dt)[:, None] * term
+            gz = gz * inv_temp[s:e, None]  # through z = logits * inv_temp
+            gzc = gz.to(hidden.dtype)
+            if need_h:
+                grad_h[s:e] = gzc @ weight
+            if need_w:
+                grad_w += gz.t() @ hidden[s:e].to(dt)
+            if grad_b is not None:
+                grad_b += gz.sum(0)
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def selective_log_softmax_and_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target_ids: torch.Tensor,
+    *,
+    temperature: float | torch.Tensor = 1.0,
+    chunk_size: int = 1024,
+    with_entropy: bool = True,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target token, and the entropy, through the LM head, chunk by chunk.
+
+    With ``z = (hidden @ weight.T + bias) / temperature`` (``[n, V]``, never materialised beyond
+    ``chunk_size`` rows): ``logp[j] = log_softmax(z[j])[target_ids[j]]`` and
+    ``entropy[j] = −Σ_v p_v log p_v``.
+
+    Args:
+        hidden: ``[n, H]`` final hidden states of the positions that predict the ``n`` targets
+            (flatten ``[N, T, H]`` and select masked positions first).
+        weight: ``[V, H]`` LM-head weight. bias: ``[V]`` or ``None``.
+        target_ids: ``[n]`` long token ids in ``[0, V)``.
+        temperature: ``logprob_temperature``, a float ``> 0`` or a ``[n]`` tensor (per token; e.g. each
+            sample's temperature repeated over its tokens). No gradient flows to it.
+        chunk_size: rows per chunk (``>= 1``); peak logits memory is ``chunk_size × V``.
+        with_entropy: compute the entropy (``None`` is returned otherwise).
+        entropy_grad: let gradients flow from the entropy to ``hidden``/``weight``/``bias`` (needed only
+            for an entropy bonus; otherwise the entropy is returned detached).
+
+    Returns:
+        ``(logp, entropy)``: ``[n]`` log-probs (nats, ``<= 0``) and ``[n]`` entropies (nats) or ``None``;
+        dtype at least float32. ``logp`` is differentiable w.r.t. ``hidden``, ``weight`` and ``bias``.
+        Not twice differentiable.
+
+    Raises:
+        ValueError: shapes do not match, a target id is outside ``[0, V)``, ``chunk_size < 1`` or a
+            temperature is not ``> 0``.
+
+    Source: grpo_core.md §4 (log-prob temperature, code-precedent TRL/verl) and §8 (entropy over
+    vocabulary chunks); the recompute-in-backward scheme is interpretation (as in fused
+    linear-cross-entropy kernels, e.g. Liger-Kernel) to keep backward memory bounded too.
+    """
+    fn = "selective_log_softmax_and_entropy"
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"{fn}: need hidden [n, H] and weight [V, H], got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
+    n, V = hidden.shape[0], weight.shape[0]
+    if bias is not None and tuple(bias.shape) != (V,):
+        raise ValueError(f"{fn}: bias must be [V]=({V},), got {tuple(bias.shape)}")
+    if target_ids.dim() != 1 or target_ids.shape[0] != n:
+        raise ValueError(f"{fn}: target_ids must be [n]=({n},), got {tuple(target_ids.shape)}")
+    if target_ids.is_floating_point():
+        raise ValueError(f"{fn}: target_ids must be integer, got {target_ids.dtype}")
+    if n and (int(target_ids.min()) < 0 or int(target_ids.max()) >= V):
+        lo, hi = int(target_ids.min()), int(target_ids.max())
+        raise ValueError(f"{fn}: target_ids must lie in [0, V={V}), got range [{lo}, {hi}]")
+    if int(chunk_size) < 1:
+        raise ValueError(f"{fn}: chunk_size must be >= 1, got {chunk_size}")
+    dt = torch.promote_types(hidden.dtype, torch.float32)
+    if torch.is_tensor(temperature):
+        temp = temperature.detach().to(device=hidden.device, dtype=dt)
+        if temp.dim() == 0:
+            temp = temp.expand(n)
+        if tuple(temp.shape) != (n,):
+            raise ValueError(
+                f"{fn}: temperature tensor must be [n]=({n},) or 0-d, got {tuple(temperature.shape)}"
+            )
+        if n and not bool((temp > 0).all()):
+            raise ValueError(f"{fn}: temperatures must be > 0")
+        inv_temp = 1.0 / temp
+    else:
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"{fn}: temperature must be > 0, got {temperature}")
+        inv_temp = torch.full((n,), 1.0 / float(temperature), dtype=dt, device=hidden.device)
+    logp, ent = _ChunkedLMHeadLogProb.apply(
+        hidden, weight, bias, target_ids.long(), inv_temp.contiguous(), int(chunk_size), bool(with_entropy),
+        bool(entropy_grad),
+    )
+    if not with_entropy:
+        return logp, None
+    return logp, (ent if entropy_grad else ent.detach())

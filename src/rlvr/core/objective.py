@@ -1,0 +1,315 @@
+"""The GRPO objective of one micro-batch, and its metrics (``specs/grpo_core.md`` §10, §11).
+
+::
+
+    L = agg(L_pg, W) + beta · agg(KL, W) − entropy_coef · agg(H, W)      # one loss_agg_mode for all terms
+
+**A policy loss near 0 is expected.** With ``ρ ≈ 1`` and group-centred advantages the surrogate's
+*value* is about ``−mean(A) ≈ 0`` even while its *gradient* ``−agg(A·∇logp)`` is not; judge learning by
+rewards, KL, clip fractions and the gradient norm, not by ``loss/policy`` (grpo_core.md §11,
+complaint 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from rlvr.core.aggregation import (
+    LOSS_AGG_MODES,
+    SEQ_DENOMINATORS,
+    AggDenominators,
+    aggregate,
+    compute_denominators,
+)
+from rlvr.core.kl import canonical_kl_estimator, kl_penalty
+from rlvr.core.masks import combine_masks
+from rlvr.core.policy_loss import IMPORTANCE_SAMPLING_LEVELS, get_policy_loss
+
+__all__ = ["SUM_METRICS", "LossSettings", "policy_objective", "reduce_objective_metrics"]
+
+SUM_METRICS: tuple[str, ...] = (
+    "ratio",
+    "clip_ratio/low",
+    "clip_ratio/high",
+    "clip_ratio/region",
+    "clip_ratio/dual",
+    "kl",
+    "entropy",
+    "approx_kl_old",
+)
+"""Metrics returned by :func:`policy_objective` as sums over loss tokens (divide by ``_tokens``)."""
+
+_LOSS_METRICS = ("loss/policy", "loss/kl", "loss/entropy", "loss/total")
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss knobs of grpo_core.md §5–§8 and §10, validated (names as in §12).
+
+    Attributes:
+        epsilon: lower clip, ``0 < epsilon <= 1``. epsilon_high: upper clip ``>= 0`` or ``None``
+            (= ``epsilon``). clip_ratio_c: dual clip ``> 1`` or ``None``.
+        importance_sampling_level: ``"token"``, ``"sequence"`` (GSPO) or ``"sequence_token"``.
+        loss_agg_mode: one of :data:`rlvr.core.aggregation.LOSS_AGG_MODES`.
+        seq_denominator: ``"nonempty"`` or ``"all"`` (§6).
+        loss_scale_factor: ``C`` for ``seq-mean-token-sum-norm`` (required for that mode), ``> 0``.
+        beta: KL coefficient ``>= 0``. kl_estimator: any name accepted by
+            :func:`rlvr.core.kl.canonical_kl_estimator`; stored in canonical form (``"low_var_kl"`` →
+            ``"k3"``). kl_is_correction: multiply the per-token KL by ``sg(ρ)`` (TRL
+            ``use_bias_correction_kl``).
+        entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef · agg(H)``).
+        policy_loss: key of :data:`rlvr.core.policy_loss.POLICY_LOSSES` (checked when used, so variants
+            may register theirs later).
+
+    Raises:
+        ValueError: on construction, for any value outside the ranges above.
+
+    Source: grpo_core.md §5–§8, §12, §13 (validation rules).
+    """
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    clip_ratio_c: float | None = None
+    importance_sampling_level: str = "token"
+    loss_agg_mode: str = "token-mean"
+    seq_denominator: str = "nonempty"
+    loss_scale_factor: float | None = None
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    kl_is_correction: bool = False
+    entropy_coef: float = 0.0
+    policy_loss: str = "clipped"
+
+    def __post_init__(self) -> None:
+        errs = []
+        if not 0 < self.epsilon <= 1:
+            errs.append(f"epsilon must be in (0, 1], got {self.epsilon}")
+        if self.epsilon_high is not None and not self.epsilon_high >= 0:
+            errs.append(f"epsilon_high must be >= 0 or None, got {self.epsilon_high}")
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            errs.append(f"clip_ratio_c must be > 1 or None, got {self.clip_ratio_c}")
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            errs.append(
+                f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                f"got {self.importance_sampling_level!r}"
+            )
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            errs.append(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
+        if self.seq_denominator not in SEQ_DENOMINATORS:
+            errs.append(f"seq_denominator must be one of {SEQ_DENOMINATORS}, got {self.seq_denominator!r}")
+        if self.loss_scale_factor is not None and not self.loss_scale_factor > 0:
+            errs.append(f"loss_scale_factor must be > 0, got {self.loss_scale_factor}")
+        if self.loss_agg_mode == "seq-mean-token-sum-norm" and self.loss_scale_factor is None:
+            errs.append(
+                "loss_agg_mode=seq-mean-token-sum-norm needs loss_scale_factor (e.g. max_completion_length)"
+            )
+        if not self.beta >= 0:
+            errs.append(f"beta must be >= 0, got {self.beta}")
+        if not math.isfinite(self.entropy_coef):
+            errs.append(f"entropy_coef must be finite, got {self.entropy_coef}")
+        try:
+            object.__setattr__(self, "kl_estimator", canonical_kl_estimator(self.kl_estimator))
+        except ValueError as e:
+            errs.append(str(e))
+        if errs:
+            raise ValueError("LossSettings: " + "; ".join(errs))
+
+    def denominators(self, W: torch.Tensor | Sequence[torch.Tensor]) -> AggDenominators:
+        """:func:`compute_denominators` of a whole optimizer batch's ``W`` with these settings."""
+        return compute_denominators(
+            W,
+            self.loss_agg_mode,
+            seq_denominator=self.seq_denominator,
+            loss_scale_factor=self.loss_scale_factor,
+        )
+
+
+def _masked_sum(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    x = x.detach()
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum()
+
+
+def policy_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    weight: torch.Tensor,
+    settings: LossSettings,
+    denominators: AggDenominators | None,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    extra_masks: Sequence[torch.Tensor | None] = (),
+    completion_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Total loss of one (micro-)batch and its summable metrics.
+
+    ``L = agg(L_pg, W) + beta·agg(KL, W) − entropy_coef·agg(H, W)`` with ``W = weight ⊙ Π extra_masks``
+    and ``agg`` the :func:`rlvr.core.aggregation.aggregate` of ``settings.loss_agg_mode``. A near-zero
+    ``loss/policy`` is expected (see the module docstring).
+
+    Args:
+        logp: ``[n, T]`` current log-probs of the sampled tokens (requires grad).
+        old_logp: ``[n, T]`` stored behaviour log-probs, or ``None`` for ``μ = 1``: then ``sg(logp)`` is
+            used and ``ρ ≡ 1`` (no extra forward pass, grpo_core.md §4).
+        advantages: ``[n]`` or ``[n, T]``, computed once per generation batch.
+        weight: ``[n, T]`` ``M ⊙ w`` (completion mask times optional token weights).
+        settings: :class:`LossSettings`.
+        denominators: global normalisers of the whole optimizer batch (``settings.denominators(W_full)``,
+            computed with the same extra masks), or ``None`` for micro scope.
+        ref_logp: ``[n, T]`` reference log-probs; required when ``beta > 0``; when given with
+            ``beta == 0`` the KL is computed for the ``kl`` metric only (no gradient).
+        entropy: ``[n, T]`` per-token entropy (nats); required when ``entropy_coef != 0``; must carry
+            gradient for the bonus to act (``entropy_grad=True`` in
+            :func:`rlvr.core.logprobs.selective_log_softmax_and_entropy`).
+        extra_masks: further ``[n, T]`` masks (truncation, variant masks); ``None`` entries are skipped.
+        completion_mask: ``[n, T]`` mask ``M`` over which the sequence-level IS ratio averages; default
+            ``weight != 0`` (interpretation: ``weight`` is ``M ⊙ w``, and variant masks should not
+            change the sequence ratio, GSPO defines it over the whole completion).
+
+    Returns:
+        ``(loss, metrics)``. ``loss`` is a 0-d tensor. ``metrics`` are detached 0-d tensors, designed to
+        be **summed** over micro-batches (see :func:`reduce_objective_metrics`):
+
+        * ``"_tokens"``: number of tokens with ``W > 0``;
+        * sums over those tokens: ``"ratio"``, ``"clip_ratio/low"``, ``"clip_ratio/high"``,
+          ``"clip_ratio/region"``, ``"clip_ratio/dual"``, ``"approx_kl_old"`` (``old_logp − logp``),
+          ``"kl"`` (the estimator's value, only when ``ref_logp`` is given) and ``"entropy"`` (only when
+          ``entropy`` is given);
+        * ``"ratio/min"``, ``"ratio/max"`` over those tokens (``+inf`` / ``−inf`` when there are none, the
+          neutral elements of min / max);
+        * ``"loss/policy"`` = ``agg(L_pg)``, ``"loss/kl"`` = ``beta·agg(KL)``, ``"loss/entropy"`` =
+          ``−entropy_coef·agg(H)``, ``"loss/total"`` = their sum = ``loss`` (the terms as they enter
+          ``L``, interpretation of §11 "aggregated terms of §10", so that they add up to the total).
+
+    Raises:
+        ValueError: shapes differ, ``beta > 0`` without ``ref_logp``, ``entropy_coef != 0`` without
+            ``entropy``, or any error of the aggregation / loss functions.
+        UnknownNameError: ``settings.policy_loss`` is not registered.
+
+    Source: grpo_core.md §10 (total loss), §7 (KL placement, ``kl_is_correction``), §8 (entropy
+    bonus), §11 (metrics), §4 (``old_logp = sg(logp)`` when ``μ = 1``).
+    """
+    fn = "policy_objective"
+    if logp.dim() != 2:
+        raise ValueError(f"{fn}: logp must be [n, T], got shape {tuple(logp.shape)}")
+    shape = tuple(logp.shape)
+    for name, t in (("old_logp", old_logp), ("weight", weight), ("ref_logp", ref_logp), ("entropy", entropy),
+                    ("completion_mask", completion_mask)):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{fn}: {name} must have the shape of logp {shape}, got {tuple(t.shape)}")
+    W = combine_masks(weight, *extra_masks).to(logp.dtype)
+    if tuple(W.shape) != shape:
+        raise ValueError(f"{fn}: weight ⊙ extra_masks has shape {tuple(W.shape)}, expected {shape}")
+    if settings.beta > 0 and ref_logp is None:
+        raise ValueError(f"{fn}: beta={settings.beta} > 0 needs ref_logp (the reference model's log-probs)")
+    if settings.entropy_coef != 0 and entropy is None:
+        raise ValueError(f"{fn}: entropy_coef={settings.entropy_coef} != 0 needs the per-token entropy")
+    M = (weight != 0) if completion_mask is None else completion_mask
+    old = logp.detach() if old_logp is None else old_logp.detach()
+
+    loss_fn = get_policy_loss(settings.policy_loss)
+    pg_tok, info = loss_fn(
+        logp,
+        old,
+        advantages,
+        M,
+        epsilon=settings.epsilon,
+        epsilon_high=settings.epsilon_high,
+        clip_ratio_c=settings.clip_ratio_c,
+        importance_sampling_level=settings.importance_sampling_level,
+    )
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        return aggregate(
+            x,
+            W,
+            settings.loss_agg_mode,
+            denominators,
+            seq_denominator=settings.seq_denominator,
+            loss_scale_factor=settings.loss_scale_factor,
+        )
+
+    zero = logp.new_zeros(())
+    loss_pg = agg(pg_tok)
+    kl_tok = None
+    loss_kl = zero
+    if ref_logp is not None:
+        if settings.beta > 0:
+            kl_tok = kl_penalty(logp, ref_logp.detach(), settings.kl_estimator)
+            kl_term = kl_tok * info["ratio"].detach() if settings.kl_is_correction else kl_tok
+            loss_kl = settings.beta * agg(kl_term)
+        else:
+            with torch.no_grad():
+                kl_tok = kl_penalty(logp, ref_logp, settings.kl_estimator)
+    loss_ent = zero
+    if entropy is not None and settings.entropy_coef != 0:
+        loss_ent = -settings.entropy_coef * agg(entropy)
+    total = loss_pg + loss_kl + loss_ent
+
+    keep = W > 0
+    ratio = info["ratio"].detach()
+    metrics: dict[str, torch.Tensor] = {"_tokens": keep.sum().to(logp.dtype)}
+    metrics["ratio"] = _masked_sum(ratio, keep)
+    for key, name in (("clip_low", "clip_ratio/low"), ("clip_high", "clip_ratio/high"),
+                      ("clip_region", "clip_ratio/region"), ("clip_dual", "clip_ratio/dual")):
+        ind = info.get(key)
+        metrics[name] = _masked_sum(ind, keep) if ind is not None else zero.detach().clone()
+    metrics["approx_kl_old"] = _masked_sum(old - logp.detach(), keep)
+    if kl_tok is not None:
+        metrics["kl"] = _masked_sum(kl_tok, keep)
+    if entropy is not None:
+        metrics["entropy"] = _masked_sum(entropy, keep)
+    inf = torch.tensor(math.inf, dtype=ratio.dtype, device=ratio.device)
+    metrics["ratio/min"] = torch.where(keep, ratio, inf).min() if ratio.numel() else inf
+    metrics["ratio/max"] = torch.where(keep, ratio, -inf).max() if ratio.numel() else -inf
+    metrics["loss/policy"] = loss_pg.detach()
+    metrics["loss/kl"] = loss_kl.detach()
+    metrics["loss/entropy"] = loss_ent.detach()
+    metrics["loss/total"] = total.detach()
+    return total, metrics
+
+
+def reduce_objective_metrics(
+    per_micro: Sequence[Mapping[str, torch.Tensor]], *, loss_norm_scope: str = "global"
+) -> dict[str, float]:
+    """Combine the metrics of the micro-batches of one optimizer step into the §11 metrics.
+
+    Sums are added and divided by the total ``_tokens`` (giving ``ratio/mean``,
+    ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
+    ``clip_ratio/dual_mean``, ``kl``, ``entropy``, ``approx_kl_old``; ``0.0`` when there are no tokens);
+    ``ratio/min`` / ``ratio/max`` take the min / max; ``loss/*`` are summed for ``global`` scope (the
+    micro-batch losses add up to the batch loss) and averaged for ``micro`` scope.
+
+    Raises:
+        ValueError: empty input or unknown ``loss_norm_scope``.
+
+    Source: grpo_core.md §11 (metric names), §6 (normalisation scope).
+    """
+    if not per_micro:
+        raise ValueError("reduce_objective_metrics: no micro-batch metrics given")
+    if loss_norm_scope not in ("global", "micro"):
+        raise ValueError(
+            f"reduce_objective_metrics: loss_norm_scope must be global or micro, got {loss_norm_scope!r}"
+        )
+    keys = set().union(*(m.keys() for m in per_micro))
+    tokens = sum(float(m["_tokens"]) for m in per_micro)
+    out: dict[str, float] = {"num_loss_tokens": tokens}
+    names = {"ratio": "ratio/mean"}
+    names.update({f"clip_ratio/{c}": f"clip_ratio/{c}_mean" for c in ("low", "high", "region", "dual")})
+    for k in SUM_METRICS:
+        if k in keys:
+            s = sum(float(m[k]) for m in per_micro if k in m)
+            out[names.get(k, k)] = s / tokens if tokens > 0 else 0.0
+    if "ratio/min" in keys:
+        out["ratio/min"] = min(float(m["ratio/min"]) for m in per_micro)
+        out["ratio/max"] = max(float(m["ratio/max"]) for m in per_micro)
+    for k in _LOSS_METRICS:
+        if k in keys:
+            s = sum(float(m[k]) for m in per_micro if k in m)
+            out[k] = s if loss_norm_scope == "global" else s / len(per_micro)
+    return out
