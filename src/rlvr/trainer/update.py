@@ -73,7 +73,8 @@ def policy_update(
 
     ``batch.advantages`` must be set; ``batch.old_logp`` may be None (on-policy: ratio ≡ 1). A
     non-finite loss or gradient norm skips the step (gradients are discarded) and reports
-    ``skipped=True`` — the caller counts consecutive skips.
+    ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
+    accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
 
     Raises:
         ValueError: ``batch.advantages`` is missing.
@@ -120,7 +121,8 @@ def policy_update(
         finite = math.isfinite(grad_norm)
     if finite and step_optimizer:
         optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    if step_optimizer or not finite:
+        optimizer.zero_grad(set_to_none=True)
     out = acc.result()
     out["actor/grad_norm"] = grad_norm
     out["actor/num_micro_batches"] = float(len(groups))
