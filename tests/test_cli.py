@@ -29,6 +29,8 @@ def no_model(monkeypatch):
         (["train", "generation_batch_size=30"], "whole number of groups"),
         (["train", "--config", "missing_recipe"], "not found"),
         (["train", "task.name=chain_summ"], "chain_sum"),
+        (["train", "sampler=groupp"], "did you mean 'group'"),
+        (["train", "loss_masks=[veto_nope]"], "loss_masks"),
         (["eval", "task.reward_fn=nosuchmodule_xyz:fn"], "nosuchmodule_xyz"),
         (["train", "task.type=jsonl", "task.path=/nonexistent/data.jsonl"], "/nonexistent/data.jsonl"),
     ],

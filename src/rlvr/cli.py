@@ -50,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_config(args: argparse.Namespace):
     from rlvr.config import build_config
     from rlvr.tasks import validate_task_config
+    from rlvr.trainer.components import validate_components
 
     cfg = build_config(args.config, args.overrides)
+    validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
 

@@ -157,6 +157,12 @@ class RLConfig(_Strict):
     overlong_penalty_factor: float = 1.0
     old_logprob_source: Literal["trainer", "sampler"] = "trainer"
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    # composable parts (registries in rlvr.trainer.components / rlvr.trainer.schedule)
+    sampler: str = "group"
+    schedule: str = "on_policy"
+    loss_masks: list[str] = Field(default_factory=list)
+    batch_filters: list[str] = Field(default_factory=list)
+    # variant sub-configs (each variant adds its own section below this line)
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     max_consecutive_nonfinite: int = Field(5, ge=1)

@@ -38,8 +38,13 @@ def shape_rewards(batch: RolloutBatch, cfg: Any) -> None:
 
 
 def assign_advantages(batch: RolloutBatch, cfg: Any, adv_fn: Callable[..., torch.Tensor]) -> None:
-    """Compute and store advantages ``[N]`` once per generation batch (§3), checking group sizes."""
-    check_group_sizes(batch.group_id, cfg.num_generations)
+    """Compute and store advantages ``[N]`` once per generation batch (§3), checking group sizes.
+
+    Every group must hold ``num_generations`` rows unless the sampler marks the batch with
+    ``meta["variable_group_sizes"] = True`` (e.g. extra exploration groups of another size).
+    """
+    if not batch.meta.get("variable_group_sizes"):
+        check_group_sizes(batch.group_id, cfg.num_generations)
     batch.advantages = adv_fn(
         batch.rewards, batch.group_id, scale_rewards=cfg.scale_rewards, adv_eps=cfg.adv_eps,
         std_unbiased=cfg.adv_std_unbiased,
@@ -91,7 +96,7 @@ def collect_generation_batch(
     stats = CollectStats()
     if not ds.enable:
         batch = draw(P)
-        stats.score = score(batch)
+        stats.score = score(batch) if batch.rewards is None else ScoreStats()
         shape_rewards(batch, cfg)
         stats.rounds, stats.groups_seen, stats.groups_kept = 1, P, P
         stats.raw_batches = [batch]
@@ -100,7 +105,7 @@ def collect_generation_batch(
     n_kept = sum(len(torch.unique(b.group_id)) for b in kept)
     while n_kept < P and (ds.max_num_gen_batches == 0 or stats.rounds < ds.max_num_gen_batches):
         batch = draw(P)
-        s = score(batch)
+        s = score(batch) if batch.rewards is None else ScoreStats()
         shape_rewards(batch, cfg)
         stats.rounds += 1
         stats.score.errors += s.errors

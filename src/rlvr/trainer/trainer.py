@@ -22,14 +22,16 @@ from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
 from rlvr.rewards import Scorer
-from rlvr.samplers.group import GroupSampler, PromptEncoder
+from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import save_checkpoint
+from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import completion_logprobs
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.update import MaskFn, micro_batches, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
 
@@ -73,9 +75,13 @@ class Trainer:
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
         sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
-            first_group_id=) -> RolloutBatch``; defaults to :class:`GroupSampler`.
+            first_group_id=) -> RolloutBatch``; defaults to ``SAMPLERS[cfg.sampler]``. A sampler may
+            score its batch itself (rewards set) and set advantages (e.g. tree advantages); the
+            trainer then keeps them.
+        schedule: which optimizer batches each generation batch feeds; defaults to
+            ``SCHEDULES[cfg.schedule]``.
         ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
-        extra_mask_fns: variant mask hooks applied in every update (e.g. μ-GRPO's veto).
+        extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
     """
 
@@ -88,6 +94,7 @@ class Trainer:
         *,
         engine: Any = None,
         sampler: Any = None,
+        schedule: Any = None,
         ref_model: torch.nn.Module | None = None,
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
@@ -104,16 +111,20 @@ class Trainer:
 
             engine = HFEngine(model, tokenizer)
         self.engine = engine
+        validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
-        self.sampler = sampler or GroupSampler(engine, self.encoder, self.pad_token_id)
         self.scorer = Scorer(task, tokenizer, fatal=cfg.reward_errors_fatal)
+        ctx = SamplerContext(cfg, engine, self.encoder, self.scorer, tokenizer, self.pad_token_id)
+        self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
+        self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
         self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
         self.adv_fn = get_adv_estimator(cfg.adv_estimator)
-        self.extra_mask_fns = list(extra_mask_fns)
+        self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
+        self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
         if cfg.beta > 0:
             self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
@@ -122,6 +133,7 @@ class Trainer:
         self.generation_round = 0
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
+        self._draw_count = 0
         self._carry: list[RolloutBatch] = []
         self._logger: RunLogger | None = None
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
@@ -206,7 +218,10 @@ class Trainer:
                 batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
         if self.updates_per_generation == 1:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
-        assign_advantages(batch, cfg, self.adv_fn)
+        if batch.advantages is None:
+            assign_advantages(batch, cfg, self.adv_fn)
+        for f in self.batch_filters:
+            batch = f(batch)
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
         metrics.update(rollout_metrics(batch if all_rows is None else all_rows))
         if all_rows is not None:
@@ -236,36 +251,19 @@ class Trainer:
         return rows
 
     # ----------------------------------------------------------------------------- updates
-    def optimizer_batches(self, batch: RolloutBatch) -> list[RolloutBatch]:
-        """Split a generation batch into ``steps_per_generation × num_iterations`` optimizer batches of
-        whole groups, reshuffling groups (seeded) before each pass."""
-        groups = list(dict.fromkeys(batch.group_id.tolist()))
-        rows_of: dict[int, list[int]] = {}
-        for i, g in enumerate(batch.group_id.tolist()):
-            rows_of.setdefault(g, []).append(i)
-        out = []
-        for it in range(self.cfg.num_iterations):
-            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.generation_round * 101 + it)
-            order = [groups[i] for i in torch.randperm(len(groups), generator=gen).tolist()]
-            spg = min(self.cfg.steps_per_generation, len(order))
-            per = -(-len(order) // spg)
-            for s in range(spg):
-                chunk = order[s * per : (s + 1) * per]
-                if chunk:
-                    out.append(batch.select([r for g in chunk for r in rows_of[g]]))
-        return out
-
     def _update(self, opt_batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
         t = time.perf_counter()
         self.model.train()
+        settings = opt_batch.meta.get("loss_settings", self.settings)
         res = policy_update(
-            self.model, self.optimizer, opt_batch, self.settings, pad_token_id=self.pad_token_id,
+            self.model, self.optimizer, opt_batch, settings, pad_token_id=self.pad_token_id,
             rows_per_micro=cfg.per_device_train_batch_size, loss_norm_scope=cfg.loss_norm_scope,
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
         )
-        m = dict(res.metrics)
+        phase = opt_batch.meta.get("phase")
+        m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         staleness = (self.global_step - opt_batch.policy_version).float()
@@ -302,7 +300,7 @@ class Trainer:
                 t_step = time.perf_counter()
                 batch, gen_metrics = self.generate_batch()
                 gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
-                opt_batches = self.optimizer_batches(batch) if len(batch) else []
+                opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                 for i, ob in enumerate(opt_batches):
                     if self.global_step >= cfg.max_steps:
                         break
