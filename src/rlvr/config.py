@@ -103,6 +103,40 @@ class EvalConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
+class UECConfig(_Strict):
+    """UEC-RL knobs (``specs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
+
+    ``None`` sizes derive from the batch geometry: ``update_size`` → ``generation_batch_size`` (N_upd =
+    B·G), ``pending_capacity`` → 4·N_upd, ``replay_capacity`` → ``replay_capacity_factor``·N_upd,
+    ``replay_min_size`` → N_upd, ``explore_top_p`` → ``top_p``.
+    """
+
+    hard_pass_rate_max: float = Field(0.0, ge=0, lt=1)
+    explore_num_generations: int = Field(20, ge=0)
+    explore_temperature: float = Field(1.1, gt=0)
+    explore_top_p: float | None = Field(None, gt=0, le=1)
+    explore_adv_grouping: Literal["separate", "pooled"] = "separate"
+    explore_logprob_temperature: float = Field(1.0, gt=0)
+    explore_is_correction: Literal["none", "tempered_is"] = "none"
+    explore_is_max_weight: float = Field(5.0, gt=0)
+    regular_adv_floor: float | None = Field(0.05, ge=0)
+    explore_filter: Literal["positive", "abs", "none"] = "positive"
+    explore_adv_floor: float = Field(0.0, ge=0)
+    drop_truncated_positive: bool = True
+    accumulate: Literal["pending", "none"] = "pending"
+    update_size: int | None = Field(None, ge=1)
+    pending_capacity: int | None = Field(None, ge=1)
+    replay_admission: Literal["positive", "abs"] = "positive"
+    replay_adv_threshold: float = Field(1.0, ge=0)
+    replay_capacity: int | None = Field(None, ge=1)
+    replay_capacity_factor: float = Field(2.0, gt=0)
+    replay_every: int = Field(5, ge=0)
+    replay_min_size: int | None = Field(None, ge=1)
+    replay_recompute_old_logprob: bool = False
+    replay_remove_after_use: bool = False
+    probe_rows: int = Field(32, ge=0)
+
+
 class RLConfig(_Strict):
     """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1)."""
 
@@ -163,6 +197,7 @@ class RLConfig(_Strict):
     loss_masks: list[str] = Field(default_factory=list)
     batch_filters: list[str] = Field(default_factory=list)
     # variant sub-configs (each variant adds its own section below this line)
+    uec: UECConfig = Field(default_factory=UECConfig)
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     max_consecutive_nonfinite: int = Field(5, ge=1)
@@ -252,6 +287,8 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "data.max_response_length": ("max_completion_length", None),
     "lr": ("learning_rate", None),
     "steps": ("max_steps", None),
+    "uec.num_explore_generations": ("uec.explore_num_generations", None),
+    "uec.replay_admit": ("uec.replay_admission", None),
 }
 
 
