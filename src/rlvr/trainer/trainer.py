@@ -23,7 +23,7 @@ from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
-from rlvr.trainer.checkpoint import save_checkpoint
+from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import completion_logprobs
@@ -135,6 +135,10 @@ class Trainer:
         self.consecutive_nonfinite = 0
         self._draw_count = 0
         self._carry: list[RolloutBatch] = []
+        # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
+        # schedule state and RNG state from just before planning, the step at planning, next index
+        self.pending_round: dict[str, Any] | None = None
+        self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
 
@@ -220,10 +224,12 @@ class Trainer:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
         if batch.advantages is None:
             assign_advantages(batch, cfg, self.adv_fn)
+        sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
             batch = f(batch)
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
-        metrics.update(rollout_metrics(batch if all_rows is None else all_rows))
+        metrics.update(rollout_metrics(sampled if all_rows is None else all_rows))
+        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers and filters report scalars here
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
@@ -264,6 +270,7 @@ class Trainer:
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
+        m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         staleness = (self.global_step - opt_batch.policy_version).float()
@@ -298,14 +305,24 @@ class Trainer:
         try:
             while self.global_step < cfg.max_steps:
                 t_step = time.perf_counter()
-                batch, gen_metrics = self.generate_batch()
-                gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
-                opt_batches = self.schedule.plan(self, batch) if len(batch) else []
+                if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
+                    batch, opt_batches, start = self._replan_resumed()
+                    gen_metrics, gen_tokens = {}, 0
+                else:
+                    batch, gen_metrics = self.generate_batch()
+                    gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
+                    self.pending_round = pending_round_state(self, batch)
+                    opt_batches = self.schedule.plan(self, batch) if len(batch) else []
+                    start = 0
+                self.pending_round["num_opt_batches"] = len(opt_batches)
                 for i, ob in enumerate(opt_batches):
+                    if i < start:
+                        continue
                     if self.global_step >= cfg.max_steps:
                         break
                     m = self._update(ob)
                     self.global_step += 1
+                    self.pending_round["next_index"] = i + 1
                     if i == 0:
                         m.update(gen_metrics)
                         m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
@@ -321,8 +338,33 @@ class Trainer:
                     logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
         finally:
             logger.close()
+            if hasattr(self.scorer, "close"):
+                self.scorer.close()
         self.save(self.output_dir / "final", hf_folder=True)
         return last
+
+    def _replan_resumed(self) -> tuple[RolloutBatch, list[RolloutBatch], int]:
+        """Rebuild the optimizer batches of a generation batch restored from a checkpoint.
+
+        The schedule state, global RNG state and step count are set to what they were when the batch
+        was first planned, the plan is recomputed, then the RNG is put back to the checkpoint's state;
+        the updates already done (``next_index``) are skipped by the caller.
+        """
+        r, self._resume_round = self._resume_round, None
+        assert r is not None
+        batch = r["batch"]
+        now_rng, now_step = capture_rng_state(), self.global_step
+        self.schedule.load_state_dict(r["schedule_state"])
+        restore_rng_state(r["rng"])
+        self.global_step = r["plan_step"]
+        try:
+            opt_batches = self.schedule.plan(self, batch) if len(batch) else []
+        finally:
+            self.global_step = now_step
+            restore_rng_state(now_rng)
+        self.pending_round = {**r, "next_index": r["next_index"]}
+        self._last_samples = self._sample_rows(batch)
+        return batch, opt_batches, int(r["next_index"])
 
     def _after_step(self, m: dict[str, float]) -> None:
         cfg, logger = self.cfg, self._logger
