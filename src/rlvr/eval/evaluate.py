@@ -39,7 +39,9 @@ def evaluate(
     Returns:
         a JSON-serialisable dict: ``pass@k`` for each k, ``reward/mean``, ``reward/pass_rate``,
         ``num_problems``, ``num_samples``, ``completions/mean_length``, ``completions/clipped_ratio``,
-        ``time_s`` and ``per_problem`` (uid, correct count, mean reward).
+        ``time_s`` and ``per_problem`` (uid, correct count, mean reward, seen_in_train). When some
+        eval problems also occur in the train split (``metadata["seen_in_train"]``, small problem
+        spaces), ``unseen/pass@k`` reports the estimator on the others only.
 
     Raises:
         ValueError: ``num_samples < 1`` or the split is empty.
@@ -75,6 +77,7 @@ def evaluate(
                 "correct": int(batch.correct[rows].sum()),
                 "n": len(rows),
                 "mean_reward": float(batch.rewards[rows].mean()),
+                "seen_in_train": bool(prob.metadata.get("seen_in_train", False)),
                 "sample": batch.texts[int(rows[0])] if len(rows) else "",
             })
     ns = [p["n"] for p in per_problem]
@@ -89,6 +92,12 @@ def evaluate(
     for k in ks:
         if k <= num_samples:
             out[f"pass@{k}"] = mean_pass_at_k(ns, cs, k)
+    unseen = [p for p in per_problem if not p["seen_in_train"]]
+    if len(unseen) < len(per_problem):
+        out["unseen/num_problems"] = len(unseen)
+        for k in ks:
+            if k <= num_samples and unseen:
+                out[f"unseen/pass@{k}"] = mean_pass_at_k([p["n"] for p in unseen], [p["correct"] for p in unseen], k)
     out["reward/mean"] = sum(rewards) / len(rewards)
     out["reward/pass_rate"] = sum(cs) / sum(ns)
     out["completions/mean_length"] = sum(lengths) / len(lengths)
