@@ -255,6 +255,8 @@ class RLConfig(_Strict):
     save_steps: int = Field(0, ge=0)
     max_consecutive_nonfinite: int = Field(5, ge=1)
     reward_errors_fatal: bool = False
+    reward_timeout_s: float = Field(30.0, ge=0)  # per verifier call; 0 = no limit (rlvr.rewards.VerifierPool)
+    reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
