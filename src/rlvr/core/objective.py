@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -145,6 +145,7 @@ def policy_objective(
     entropy: torch.Tensor | None = None,
     extra_masks: Sequence[torch.Tensor | None] = (),
     completion_mask: torch.Tensor | None = None,
+    loss_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss of one (micro-)batch and its summable metrics.
 
@@ -170,6 +171,9 @@ def policy_objective(
         completion_mask: ``[n, T]`` mask ``M`` over which the sequence-level IS ratio averages; default
             ``weight != 0`` (interpretation: ``weight`` is ``M ⊙ w``, and variant masks should not
             change the sequence ratio, GSPO defines it over the whole completion).
+        loss_kwargs: extra keyword arguments for the registered policy loss of this micro-batch (e.g.
+            FBOS-RL's per-row ``is_offpolicy`` ``[n]`` and ``behaviour_logp`` ``[n, T]``); ``None``
+            passes none (the ``clipped`` loss takes none).
 
     Returns:
         ``(loss, metrics)``. ``loss`` is a 0-d tensor. ``metrics`` are detached 0-d tensors, designed to
@@ -222,6 +226,7 @@ def policy_objective(
         epsilon_high=settings.epsilon_high,
         clip_ratio_c=settings.clip_ratio_c,
         importance_sampling_level=settings.importance_sampling_level,
+        **dict(loss_kwargs or {}),
     )
 
     def agg(x: torch.Tensor) -> torch.Tensor:

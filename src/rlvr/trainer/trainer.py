@@ -114,7 +114,10 @@ class Trainer:
         validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
-        self.scorer = Scorer(task, tokenizer, fatal=cfg.reward_errors_fatal)
+        self.scorer = Scorer(
+            task, tokenizer, fatal=cfg.reward_errors_fatal, timeout_s=cfg.reward_timeout_s,
+            num_workers=cfg.reward_num_workers,
+        )
         ctx = SamplerContext(cfg, engine, self.encoder, self.scorer, tokenizer, self.pad_token_id)
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
@@ -188,6 +191,7 @@ class Trainer:
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
+        timeouts_before = getattr(self.scorer, "timeouts_total", 0)
 
         def score(b: RolloutBatch):
             nonlocal score_time
@@ -235,6 +239,7 @@ class Trainer:
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
         metrics.update(timings)
         metrics["reward/verifier_errors"] = float(cstats.score.errors)
+        metrics["reward/verifier_timeouts"] = float(getattr(self.scorer, "timeouts_total", 0) - timeouts_before)
         metrics["prompts/truncated_total"] = float(self.encoder.truncated)
         if cfg.dynamic_sampling.enable:
             metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
@@ -267,6 +272,7 @@ class Trainer:
             rows_per_micro=cfg.per_device_train_batch_size, loss_norm_scope=cfg.loss_norm_scope,
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
+            loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)

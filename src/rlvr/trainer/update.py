@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -23,6 +23,12 @@ from rlvr.types import RolloutBatch
 
 MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], torch.Tensor]
 """A variant mask hook: ``(micro_batch, logp [n,T], old_logp [n,T] | None) -> {0,1} mask [n,T]``."""
+
+
+LossKwargsFn = Callable[[RolloutBatch], Mapping[str, Any]]
+"""A loss-input hook: ``(micro_batch) -> keyword arguments`` for the registered policy loss of that
+micro-batch (per-row tensors ``[n]`` / ``[n, T]`` cut from the micro-batch, or constants). An optimizer
+batch names its hook in ``meta["loss_kwargs_fn"]`` (FBOS-RL: ``is_offpolicy``, ``behaviour_logp``)."""
 
 
 def loss_weights(batch: RolloutBatch, *, mask_truncated: bool) -> torch.Tensor:
@@ -68,6 +74,7 @@ def policy_update(
     chunk_size: int = 1024,
     extra_mask_fns: Sequence[MaskFn] = (),
     step_optimizer: bool = True,
+    loss_kwargs_fn: LossKwargsFn | None = None,
 ) -> UpdateResult:
     """Forward/backward over micro-batches of ``batch`` and one optimizer step.
 
@@ -75,6 +82,8 @@ def policy_update(
     non-finite loss or gradient norm skips the step (gradients are discarded) and reports
     ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
     accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
+    ``loss_kwargs_fn`` (a :data:`LossKwargsFn`) supplies extra inputs of the registered policy loss per
+    micro-batch.
 
     Raises:
         ValueError: ``batch.advantages`` is missing.
@@ -104,6 +113,7 @@ def policy_update(
         loss, metrics = policy_objective(
             logp, micro.old_logp, micro.advantages, W, settings, denominators,
             ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
+            loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
         )
         if denominators is None:
             loss = loss / len(groups)
