@@ -1,0 +1,449 @@
+"""Trajectory buffers and the UEC-RL schedule: update accumulation plus a periodic replay stabiliser.
+
+:class:`TrajectoryBuffer` is a generic FIFO of rollout rows with an admission predicate (other variants
+can reuse it). :class:`UECReplaySchedule` wraps :class:`~rlvr.trainer.schedule.OnPolicySchedule`:
+
+1. **accumulation** (``uec.accumulate = pending``): retained rows go into a FIFO ``pending`` buffer
+   (capacity ``uec.pending_capacity``, default 4·N_upd); an update runs only when it holds at least
+   ``N_upd = uec.update_size`` (default ``generation_batch_size`` = B·G) rows, and then takes the
+   oldest ``⌊|pending|/N_upd⌋·N_upd`` rows. Leftovers carry over to the next step; a step without
+   enough rows makes no update. ``accumulate = none`` trains on each retained batch as it comes.
+2. **replay admission**: of the rows actually trained, those with ``Â > A_0`` (``uec.replay_admission``,
+   ``uec.replay_adv_threshold``) enter a FIFO replay buffer of capacity ``s′`` (``uec.replay_capacity``
+   or ``uec.replay_capacity_factor``·N_upd; the newest are kept), with their advantages, ``ref_logp``
+   and the ``old_logp`` of the policy that is about to train on them (computed at admission when the
+   run does not store behaviour log-probs, i.e. μ = 1).
+3. **replay**: at generation round ``t`` with ``t mod uec.replay_every == 0`` and at least
+   ``uec.replay_min_size`` rows stored, extra optimizer batches (``meta["phase"] = "replay"``, metrics
+   logged as ``replay/...``) replay the whole buffer when full, else a random subset of
+   ``⌊|replay|/N_upd⌋·N_upd`` rows; the stored ``old_logp`` and ``Â`` are reused unchanged, so the PPO
+   clip acts as a "stop consolidating" brake. Replayed rows stay in the buffer unless
+   ``uec.replay_remove_after_use``.
+
+Source: specs/uec_rl.md §2.4, §2.5, §2.7 [code-precedent: ICR/EFRame ``buffer.py``, ``ray_trainer.py``].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable
+
+import torch
+
+from rlvr.core.uec import low_prob_positive_fraction, replay_admission_mask, tempered_is_weights
+from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.schedule import OnPolicySchedule, split_groups
+from rlvr.trainer.update import micro_batches
+from rlvr.types import RolloutBatch
+
+AdmitFn = Callable[[RolloutBatch], torch.Tensor]
+"""Admission predicate: ``batch -> [N] bool`` (rows to admit)."""
+
+_LIST_FIELDS = ("context_ids", "texts", "feedback", "context_kind")
+_TENSOR_FIELDS = (
+    "completion_ids", "completion_mask", "group_id", "prompt_index", "is_truncated", "sampling_temperature",
+    "logprob_temperature", "policy_version", "rewards", "advantages", "old_logp", "ref_logp", "sampler_logp",
+    "token_weights", "correct",
+)
+
+
+def _compact(batch: RolloutBatch) -> RolloutBatch:
+    """Keep only the problems the rows reference (remapping ``prompt_index``) and drop per-batch ``meta``."""
+    used = sorted(set(batch.prompt_index.tolist()))
+    remap = {old: new for new, old in enumerate(used)}
+    batch.problems = [batch.problems[i] for i in used] if batch.problems else []
+    batch.prompt_index = torch.tensor([remap[i] for i in batch.prompt_index.tolist()], dtype=torch.long)
+    batch.meta = {}
+    return batch
+
+
+def _problem_to_json(p: Any) -> dict[str, Any]:
+    d = {"uid": getattr(p, "uid", str(p)), "question": getattr(p, "question", str(p)), "answer": getattr(p, "answer", None)}
+    meta = getattr(p, "metadata", {}) or {}
+    try:
+        json.dumps(meta)
+        d["metadata"] = meta
+    except (TypeError, ValueError):
+        d["metadata"] = {}
+    return d
+
+
+def _problem_from_json(d: dict[str, Any]) -> Any:
+    from rlvr.tasks.base import Problem
+
+    return Problem(uid=d["uid"], question=d["question"], answer=d["answer"], metadata=d.get("metadata", {}))
+
+
+class TrajectoryBuffer:
+    """FIFO buffer of rollout rows with an admission predicate.
+
+    Rows are kept as one :class:`RolloutBatch` (``[S, T]`` fields padded to the widest stored row),
+    oldest first. When a push exceeds ``capacity`` the oldest rows are evicted (the newest are kept).
+
+    Args:
+        capacity: most rows held (≥ 1).
+        pad_token_id: padding id for ``completion_ids``.
+        admit: optional predicate applied by :meth:`push` (``None`` admits every row).
+
+    Attributes:
+        seq: ``[S]`` admission sequence numbers of the stored rows (increasing: FIFO order).
+        admitted_total, evicted_total: counters.
+
+    Raises:
+        ValueError: ``capacity < 1``.
+
+    Source: specs/uec_rl.md implementation notes (a generic ``TrajectoryBuffer(capacity,
+    admission_predicate, sample_mode)``) and §2.5 (FIFO, newest kept) [code-precedent].
+    """
+
+    def __init__(self, capacity: int, pad_token_id: int, admit: AdmitFn | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"TrajectoryBuffer: capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.pad_token_id = pad_token_id
+        self.admit = admit
+        self.data: RolloutBatch | None = None
+        self.seq: list[int] = []
+        self.next_seq = 0
+        self.admitted_total = 0
+        self.evicted_total = 0
+
+    def __len__(self) -> int:
+        return 0 if self.data is None else len(self.data)
+
+    @property
+    def full(self) -> bool:
+        """True when the buffer holds ``capacity`` rows."""
+        return len(self) >= self.capacity
+
+    def push(self, batch: RolloutBatch, mask: torch.Tensor | None = None) -> int:
+        """Admit rows of ``batch`` (``mask`` ``[N]`` bool, else the admission predicate, else all).
+
+        Returns:
+            the number of rows admitted (before any eviction).
+
+        Raises:
+            ValueError: the rows have a different set of fields than the stored ones (e.g. ``old_logp``
+                set on some rows only).
+        """
+        if mask is None:
+            mask = self.admit(batch) if self.admit is not None else torch.ones(len(batch), dtype=torch.bool)
+        idx = torch.as_tensor(mask, dtype=torch.bool).nonzero(as_tuple=True)[0]
+        if idx.numel() == 0:
+            return 0
+        rows = _compact(batch.select(idx))
+        if self.data is None:
+            self.data = rows
+        else:
+            try:
+                merged = RolloutBatch.concat([self.data, rows], self.pad_token_id)
+            except ValueError as exc:
+                raise ValueError(f"TrajectoryBuffer.push: rows do not match the stored ones: {exc}") from None
+            self.data = _compact(merged)
+        n = int(idx.numel())
+        self.seq += list(range(self.next_seq, self.next_seq + n))
+        self.next_seq += n
+        self.admitted_total += n
+        over = len(self) - self.capacity
+        if over > 0:
+            self.evicted_total += over
+            self._keep(list(range(over, len(self))))
+        return n
+
+    def _keep(self, rows: list[int]) -> None:
+        if not rows:
+            self.data, self.seq = None, []
+            return
+        assert self.data is not None
+        self.data = _compact(self.data.select(rows))
+        self.seq = [self.seq[i] for i in rows]
+
+    def pop_oldest(self, k: int) -> RolloutBatch:
+        """Remove and return the ``k`` oldest rows (``0 < k ≤ len``).
+
+        Raises:
+            ValueError: ``k`` out of range.
+        """
+        if not 0 < k <= len(self):
+            raise ValueError(f"TrajectoryBuffer.pop_oldest: k={k} not in [1, {len(self)}]")
+        assert self.data is not None
+        out = self.data.select(list(range(k)))
+        self._keep(list(range(k, len(self))))
+        return out
+
+    def sample(self, k: int, generator: torch.Generator | None = None) -> tuple[RolloutBatch, list[int]]:
+        """``k`` rows drawn uniformly without replacement (they stay in the buffer).
+
+        Returns:
+            ``(rows, positions)`` — positions index the current buffer (for :meth:`remove`).
+
+        Raises:
+            ValueError: ``k`` out of range.
+        """
+        if not 0 < k <= len(self):
+            raise ValueError(f"TrajectoryBuffer.sample: k={k} not in [1, {len(self)}]")
+        assert self.data is not None
+        pos = sorted(torch.randperm(len(self), generator=generator)[:k].tolist())
+        return self.data.select(pos), pos
+
+    def all(self) -> RolloutBatch:
+        """Every stored row, oldest first (they stay in the buffer).
+
+        Raises:
+            ValueError: the buffer is empty.
+        """
+        if self.data is None:
+            raise ValueError("TrajectoryBuffer.all: the buffer is empty")
+        return self.data.select(list(range(len(self))))
+
+    def remove(self, positions: list[int]) -> None:
+        """Drop the rows at ``positions`` (indices into the current buffer)."""
+        drop = set(positions)
+        self._keep([i for i in range(len(self)) if i not in drop])
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Plain state: tensors under ``"tensors"`` (name → tensor), the rest JSON-serialisable.
+
+        Problems are stored as ``uid/question/answer`` plus their metadata when it is JSON-serialisable
+        (dropped otherwise: stored rows are already scored, only logs read problems afterwards).
+        """
+        state: dict[str, Any] = {
+            "capacity": self.capacity, "seq": list(self.seq), "next_seq": self.next_seq,
+            "admitted_total": self.admitted_total, "evicted_total": self.evicted_total, "tensors": {},
+        }
+        if self.data is None:
+            return state
+        d = self.data
+        for name in _TENSOR_FIELDS:
+            v = getattr(d, name)
+            if v is not None:
+                state["tensors"][name] = v.clone()
+        for k, v in d.reward_components.items():
+            state["tensors"][f"reward_components.{k}"] = v.clone()
+        state["lists"] = {name: getattr(d, name) for name in _LIST_FIELDS if getattr(d, name) is not None}
+        state["problems"] = [_problem_to_json(p) for p in d.problems]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (bit-identical tensors)."""
+        self.capacity = int(state["capacity"])
+        self.seq = list(state["seq"])
+        self.next_seq = int(state["next_seq"])
+        self.admitted_total = int(state["admitted_total"])
+        self.evicted_total = int(state["evicted_total"])
+        tensors = state.get("tensors", {})
+        if "completion_ids" not in tensors:
+            self.data = None
+            return
+        kw: dict[str, Any] = {name: tensors.get(name) for name in _TENSOR_FIELDS}
+        kw.update({name: None for name in _LIST_FIELDS})
+        kw.update({k: list(v) for k, v in state.get("lists", {}).items()})
+        kw["reward_components"] = {
+            k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("reward_components.")
+        }
+        kw["problems"] = [_problem_from_json(p) for p in state.get("problems", [])]
+        self.data = RolloutBatch(**kw)
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8,
+    chunk_size: int = 1024, with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs ``[N, T]`` (and entropy ``[N, T]``) of ``batch`` under ``model``, no gradient.
+
+    Each row uses its own ``logprob_temperature``; micro-batched; the model's train/eval mode is restored.
+    """
+    was = model.training
+    model.eval()
+    logp = torch.zeros_like(batch.completion_mask)
+    ent = torch.zeros_like(batch.completion_mask) if with_entropy else None
+    try:
+        for rows in micro_batches(batch, rows_per_micro):
+            micro = batch.select(rows)
+            lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
+                                        with_entropy=with_entropy)
+            logp[rows, : lp.shape[1]] = lp
+            if ent is not None and e is not None:
+                ent[rows, : e.shape[1]] = e
+    finally:
+        model.train(was)
+    return logp, ent
+
+
+def mean_token_entropy(model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8) -> float:
+    """Mean full-distribution entropy (nats) over ``batch``'s completion tokens under ``model``."""
+    _, ent = batch_logprobs(model, batch, pad_token_id=pad_token_id, rows_per_micro=rows_per_micro, with_entropy=True)
+    m = batch.completion_mask
+    return float((ent * m).sum() / m.sum().clamp(min=1))
+
+
+def _is_explore(batch: RolloutBatch) -> torch.Tensor:
+    if batch.context_kind is None:
+        return torch.zeros(len(batch), dtype=torch.bool)
+    return torch.tensor([k == "explore" for k in batch.context_kind], dtype=torch.bool)
+
+
+class UECReplaySchedule:
+    """On-policy updates on accumulated retained rows, plus a periodic replay update (UEC-RL).
+
+    Args:
+        cfg: the run config (reads ``steps_per_generation``, ``num_iterations``, ``seed``,
+            ``generation_batch_size``, ``per_device_train_batch_size``, ``logprob_chunk_size`` and ``uec.*``).
+
+    Attributes:
+        pending: the accumulation buffer (``None`` when ``uec.accumulate = none``).
+        replay: the replay buffer.
+        n_upd: N_upd, rows per (non-replay) update round.
+        log: one dict of ``uec/*`` schedule metrics per :meth:`plan` call (for analysis scripts).
+
+    Every optimizer batch it returns carries its metrics in ``meta["update_metrics"]`` (logged with that
+    update): ``uec/pending_size``, ``uec/update_skipped``, ``uec/replay_size``, ``uec/replay_admitted``,
+    ``uec/replay_fired``, ``uec/entropy_before_replay`` / ``uec/entropy_after_replay`` (mean token entropy
+    of a fixed probe of ``uec.probe_rows`` replayed rows, just before the replay update and at the next
+    step, after it), ``uec/low_prob_positive_frac/replay``.
+
+    Source: specs/uec_rl.md §2.4, §2.5, §2.7, §4.
+    """
+
+    def __init__(self, cfg: Any) -> None:
+        u = cfg.uec
+        self.cfg = cfg
+        self.inner = OnPolicySchedule(cfg.steps_per_generation, cfg.num_iterations, cfg.seed)
+        self.n_upd = int(u.update_size or cfg.generation_batch_size)
+        self.pad_token_id = 0  # set from the trainer on first use
+        pending_cap = int(u.pending_capacity or 4 * self.n_upd)
+        self.pending = TrajectoryBuffer(pending_cap, 0) if u.accumulate == "pending" else None
+        replay_cap = int(u.replay_capacity or max(1, math.floor(u.replay_capacity_factor * self.n_upd)))
+        self.replay = TrajectoryBuffer(
+            replay_cap, 0, admit=lambda b: replay_admission_mask(b.advantages, u.replay_admission, u.replay_adv_threshold)
+        )
+        self.replay_min = int(u.replay_min_size or self.n_upd)
+        self._probe: RolloutBatch | None = None
+        self.log: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------------------ helpers
+    def _lp(self, trainer: Any, batch: RolloutBatch, with_entropy: bool = False):
+        return batch_logprobs(
+            trainer.model, batch, pad_token_id=trainer.pad_token_id,
+            rows_per_micro=self.cfg.per_device_train_batch_size, chunk_size=self.cfg.logprob_chunk_size,
+            with_entropy=with_entropy,
+        )
+
+    def _apply_is_correction(self, trainer: Any, batch: RolloutBatch) -> None:
+        """``uec.explore_is_correction = tempered_is``: token weights π/q_t′ on exploration rows, 1 elsewhere."""
+        exp = _is_explore(batch)
+        w = batch.completion_mask.clone() if batch.token_weights is None else batch.token_weights.clone()
+        if bool(exp.any()) and batch.sampler_logp is not None:
+            rows = exp.nonzero(as_tuple=True)[0]
+            sub = batch.select(rows)
+            logp, _ = self._lp(trainer, sub)
+            wt = tempered_is_weights(logp, sub.sampler_logp, sub.completion_mask, self.cfg.uec.explore_is_max_weight)
+            w[rows] = 0.0
+            w[rows, : wt.shape[1]] = wt
+        batch.token_weights = w
+
+    def _admit(self, trainer: Any, trained: RolloutBatch) -> int:
+        u = self.cfg.uec
+        mask = replay_admission_mask(trained.advantages, u.replay_admission, u.replay_adv_threshold)
+        if not bool(mask.any()):
+            return 0
+        sub = trained.select(mask.nonzero(as_tuple=True)[0])
+        if sub.old_logp is None:  # μ = 1: store the log-probs of the policy about to train on them
+            sub.old_logp, _ = self._lp(trainer, sub)
+        return self.replay.push(sub, torch.ones(len(sub), dtype=torch.bool))
+
+    # ------------------------------------------------------------------------------ plan
+    def plan(self, trainer: Any, batch: RolloutBatch) -> list[RolloutBatch]:
+        """Optimizer batches for this generation round: accumulated regular updates, then replay."""
+        u = self.cfg.uec
+        self.pad_token_id = trainer.pad_token_id
+        for b in (self.pending, self.replay):
+            if b is not None:
+                b.pad_token_id = trainer.pad_token_id
+        t = int(trainer.generation_round)
+        m: dict[str, float] = {}
+        if self._probe is not None:  # entropy on the last replay probe, after that replay update
+            m["uec/entropy_after_replay"] = mean_token_entropy(
+                trainer.model, self._probe, pad_token_id=trainer.pad_token_id,
+                rows_per_micro=self.cfg.per_device_train_batch_size,
+            )
+            self._probe = None
+        if u.explore_is_correction == "tempered_is":
+            self._apply_is_correction(trainer, batch)
+        if self.pending is not None:
+            self.pending.push(batch)
+            k = (len(self.pending) // self.n_upd) * self.n_upd
+            trained = self.pending.pop_oldest(k) if k > 0 else None
+            m["uec/pending_size"] = float(len(self.pending))
+        else:
+            trained = batch
+        m["uec/update_skipped"] = 0.0 if trained is not None else 1.0
+        out: list[RolloutBatch] = []
+        admitted = 0
+        if trained is not None and len(trained):
+            admitted = self._admit(trainer, trained)
+            n_batches = self.inner.steps_per_generation * max(1, len(trained) // self.n_upd)
+            out = split_groups(trained, n_batches, seed=self.cfg.seed * 31 + t, passes=self.inner.num_iterations)
+        m["uec/replay_admitted"] = float(admitted)
+        fire = u.replay_every > 0 and t % u.replay_every == 0 and len(self.replay) >= self.replay_min
+        m["uec/replay_fired"] = float(fire)
+        if fire:
+            out += self._replay_batches(trainer, t, m)
+        m["uec/replay_size"] = float(len(self.replay))
+        self.log.append({"generation_round": float(t), **m})
+        if out:
+            out[0].meta = {**out[0].meta, "update_metrics": {**out[0].meta.get("update_metrics", {}), **m}}
+        return out
+
+    def _replay_batches(self, trainer: Any, t: int, m: dict[str, float]) -> list[RolloutBatch]:
+        u = self.cfg.uec
+        if self.replay.full:
+            rb, pos = self.replay.all(), list(range(len(self.replay)))
+        else:
+            k = max(1, (len(self.replay) // self.n_upd) * self.n_upd)
+            gen = torch.Generator().manual_seed(self.cfg.seed * 7919 + t)
+            rb, pos = self.replay.sample(k, gen)
+        if u.replay_recompute_old_logprob:
+            rb.old_logp, _ = self._lp(trainer, rb)
+        if u.replay_remove_after_use:
+            self.replay.remove(pos)
+        n_probe = min(u.probe_rows, len(rb))
+        if n_probe:
+            probe = rb.select(list(range(n_probe)))
+            logp, ent = self._lp(trainer, probe, with_entropy=True)
+            mask = probe.completion_mask
+            m["uec/entropy_before_replay"] = float((ent * mask).sum() / mask.sum().clamp(min=1))
+            m["uec/low_prob_positive_frac/replay"] = low_prob_positive_fraction(logp, ent, probe.advantages, mask)
+            self._probe = probe
+        n_batches = self.inner.steps_per_generation * max(1, len(rb) // self.n_upd)
+        rb.meta = {}
+        batches = split_groups(rb, n_batches, seed=self.cfg.seed * 131 + t, passes=1)
+        for b in batches:
+            b.meta = {"phase": "replay"}
+        return batches
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Both buffers: tensors under ``"tensors"`` (``pending/<field>``, ``replay/<field>``), the rest JSON."""
+        out: dict[str, Any] = {"tensors": {}}
+        for name, buf in (("pending", self.pending), ("replay", self.replay)):
+            if buf is None:
+                continue
+            st = buf.state_dict()
+            for k, v in st.pop("tensors").items():
+                out["tensors"][f"{name}/{k}"] = v
+            out[name] = st
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        tensors = state.get("tensors", {})
+        for name, buf in (("pending", self.pending), ("replay", self.replay)):
+            if buf is None or name not in state:
+                continue
+            st = dict(state[name])
+            st["tensors"] = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.startswith(name + "/")}
+            buf.load_state_dict(st)

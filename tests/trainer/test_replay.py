@@ -1,0 +1,189 @@
+"""UEC-RL replay stabiliser: buffer admission, FIFO, accumulation, replay cadence, stored values, checkpoint
+state, and an end-to-end run of the uec_rl recipe on the tiny model (specs/uec_rl.md §7.3)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr.config import build_config
+from rlvr.trainer.replay import TrajectoryBuffer, UECReplaySchedule
+from rlvr.types import RolloutBatch
+
+
+def make_batch(adv, gid=None, *, T=3, version=0, seed=0, kinds=None):
+    n = len(adv)
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (n,), generator=gen)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
+    ids = torch.randint(20, 200, (n, T), generator=gen) * mask.long()
+    return RolloutBatch(
+        context_ids=[[1, 30 + i % 5] for i in range(n)],
+        completion_ids=ids,
+        completion_mask=mask,
+        group_id=torch.tensor(gid if gid is not None else list(range(n))),
+        prompt_index=torch.arange(n),
+        is_truncated=torch.zeros(n, dtype=torch.bool),
+        sampling_temperature=torch.ones(n),
+        logprob_temperature=torch.ones(n),
+        policy_version=torch.full((n,), version),
+        rewards=(torch.tensor(adv) > 0).float(),
+        advantages=torch.tensor(adv, dtype=torch.float32),
+        sampler_logp=-torch.rand(n, T, generator=gen) * mask,
+        correct=torch.tensor(adv) > 0,
+        texts=[f"t{i}" for i in range(n)],
+        context_kind=kinds or ["regular"] * n,
+        problems=[SimpleNamespace(uid=f"p{seed}-{i}", question="q", answer="a", metadata={}) for i in range(n)],
+    )
+
+
+def test_buffer_admission_capacity_and_fifo():
+    buf = TrajectoryBuffer(5, 0, admit=lambda b: b.advantages > 1.0)
+    assert buf.push(make_batch([1.5, 0.5, 2.0, -3.0, 1.0001])) == 3  # only Â > A_0 = 1
+    assert buf.data.advantages.tolist() == pytest.approx([1.5, 2.0, 1.0001])
+    assert buf.push(make_batch([3.0, 4.0, 5.0, 0.0], seed=1)) == 3
+    assert len(buf) == 5 and buf.full and buf.evicted_total == 1
+    assert buf.seq == [1, 2, 3, 4, 5]  # the oldest (seq 0) went, the newest are kept
+    assert buf.data.advantages.tolist() == pytest.approx([2.0, 1.0001, 3.0, 4.0, 5.0])
+    old = buf.pop_oldest(2)
+    assert old.advantages.tolist() == pytest.approx([2.0, 1.0001]) and buf.seq == [3, 4, 5]
+    rows, pos = buf.sample(2, torch.Generator().manual_seed(0))
+    assert len(buf) == 3 and len(rows) == 2  # sampling keeps the rows
+    buf.remove(pos)
+    assert len(buf) == 1
+    for _ in range(4):
+        buf.push(make_batch([9.0] * 4, seed=2))
+        assert len(buf) <= 5
+    assert len(buf.data.problems) <= 5  # problems compacted to the referenced ones
+    with pytest.raises(ValueError):
+        buf.pop_oldest(6)
+
+
+def _schedule(tmp_path, *overrides):
+    cfg = build_config(overrides=[
+        "num_generations=2", "generation_batch_size=4", "per_device_train_batch_size=4",
+        f"logging.output_dir={tmp_path}", "uec.update_size=4", "uec.replay_every=3", "uec.replay_capacity=6",
+        *overrides,
+    ])
+    return cfg, UECReplaySchedule(cfg)
+
+
+def test_accumulation_to_fixed_update_size(tmp_path, tiny):
+    factory, tok = tiny
+    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    cfg, sch = _schedule(tmp_path, "uec.replay_every=0")
+    assert sch.plan(tr, make_batch([0.5, -0.5, 0.7])) == []  # 3 < N_upd = 4: no update
+    assert sch.log[-1]["uec/update_skipped"] == 1 and len(sch.pending) == 3
+    tr.generation_round = 2
+    out = sch.plan(tr, make_batch([0.2, -0.2, 0.3, -0.3, 0.9, -0.9], seed=1))  # 9 rows: pop the oldest 8
+    assert sum(len(b) for b in out) == 8 and len(sch.pending) == 1
+    assert sch.pending.data.advantages.tolist() == pytest.approx([-0.9])  # the newest row waits
+    assert len(out) == 2  # ⌊9/4⌋ = 2 optimizer batches of N_upd
+    assert out[0].meta["update_metrics"]["uec/pending_size"] == 1
+    _, none = _schedule(tmp_path, "uec.accumulate=none", "uec.replay_every=0")
+    assert sum(len(b) for b in none.plan(tr, make_batch([0.5, -0.5, 0.7]))) == 3
+
+
+def test_replay_cadence_and_stored_values(tmp_path, tiny):
+    factory, tok = tiny
+    model = factory(0)
+    tr = SimpleNamespace(model=model, pad_token_id=tok.pad_token_id, generation_round=0)
+    cfg, sch = _schedule(tmp_path)
+    fired, stored = [], None
+    for t in range(1, 10):
+        tr.generation_round = t
+        adv = [1.5, -1.5, 2.0, -0.2] if t <= 3 else [0.5, -0.5, 0.4, -0.4]  # admissions only in rounds 1–3
+        out = sch.plan(tr, make_batch(adv, seed=t, version=t))
+        replay = [b for b in out if b.meta.get("phase") == "replay"]
+        if replay:
+            fired.append(t)
+        if t == 1:  # stored old_logp = the log-probs of the policy about to train on them (μ = 1)
+            stored = sch.replay.state_dict()["tensors"]
+            assert sch.replay.data.old_logp is not None and len(sch.replay) == 2
+        with torch.no_grad():  # the policy moves between rounds
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+        if t == 3:
+            assert len(sch.replay) == 6 and sch.replay.full
+            rb = replay[0]
+            # the full buffer is replayed with its stored Â and old_logp, bit-identical to admission
+            first = [i for i in range(len(rb)) if int(rb.policy_version[i]) == 1]
+            assert torch.equal(rb.advantages[first], stored["advantages"])
+            for i, j in zip(first, range(2)):
+                k = int(rb.completion_mask[i].sum())
+                assert k == int(stored["completion_mask"][j].sum())
+                assert torch.equal(rb.old_logp[i, :k], stored["old_logp"][j, :k])
+            assert rb.meta["phase"] == "replay"
+            assert out[0].meta["update_metrics"]["uec/replay_fired"] == 1
+    # fires exactly when t mod 3 == 0 and |replay| ≥ N_upd = 4 (round 3 holds 6 rows; rows stay after use)
+    assert fired == [3, 6, 9]
+    assert "uec/entropy_after_replay" in sch.log[3] and "uec/entropy_before_replay" in sch.log[2]
+    _, small = _schedule(tmp_path, "uec.replay_min_size=10")
+    for t in range(1, 7):
+        tr.generation_round = t
+        assert not [b for b in small.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2], seed=t)) if b.meta.get("phase")]
+
+
+def test_schedule_state_roundtrip_through_safetensors_and_json(tmp_path, tiny):
+    from safetensors.torch import load_file, save_file
+
+    factory, tok = tiny
+    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    cfg, sch = _schedule(tmp_path)
+    sch.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2, 0.3], seed=1))
+    state = sch.state_dict()
+    tensors = state.pop("tensors")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "s.safetensors"))
+    (tmp_path / "s.json").write_text(json.dumps(state))
+    sch2 = UECReplaySchedule(cfg)
+    sch2.load_state_dict({**json.loads((tmp_path / "s.json").read_text()), "tensors": load_file(str(tmp_path / "s.safetensors"))})
+    for a, b in ((sch.replay, sch2.replay), (sch.pending, sch2.pending)):
+        assert a.seq == b.seq and len(a) == len(b)
+        for f in ("completion_ids", "advantages", "old_logp", "completion_mask"):
+            x, y = getattr(a.data, f), getattr(b.data, f)
+            assert (x is None and y is None) or torch.equal(x, y)
+        assert a.data.context_ids == b.data.context_ids and a.data.context_kind == b.data.context_kind
+    tr.generation_round = 3
+    o1 = sch.plan(tr, make_batch([0.5, -0.5, 0.6, -0.6], seed=3))
+    o2 = sch2.plan(tr, make_batch([0.5, -0.5, 0.6, -0.6], seed=3))
+    assert [len(b) for b in o1] == [len(b) for b in o2]
+    for b1, b2 in zip(o1, o2):
+        assert torch.equal(b1.advantages, b2.advantages) and torch.equal(b1.completion_ids, b2.completion_ids)
+
+
+def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
+    from conftest import ToyTask
+    from rlvr.trainer.trainer import Trainer
+
+    class HalfHard(ToyTask):
+        """Odd problems are hard (pass only on lengths ≡ 0 mod 5); even ones pass on even lengths."""
+
+        def verify(self, problem, completion):
+            from rlvr.tasks.base import Verdict
+
+            i = int(problem.uid.split("-")[1])
+            ok = len(completion) % 5 == 0 if i % 2 else len(completion) % 2 == 0
+            return Verdict(score=float(ok), correct=ok)
+
+    factory, tok = tiny
+    cfg = build_config(
+        ["uec_rl"], [
+            "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=8",
+            "max_completion_length=6", "max_prompt_length=64", "max_steps=5", "learning_rate=1e-3",
+            f"logging.output_dir={tmp_path}", "logging.progress=false", "uec.explore_num_generations=6",
+            "uec.update_size=4", "uec.replay_every=2", "uec.replay_adv_threshold=0.5",
+            "uec.drop_truncated_positive=false", "uec.replay_min_size=1",
+        ])
+    tr = Trainer(cfg, factory(0), tok, HalfHard())
+    tr.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["step"] == 5
+    keys = set().union(*rows)
+    for k in ("uec/hard_prompt_frac", "uec/retained_regular", "uec/pending_size", "uec/replay_size",
+              "uec/replay_admitted", "reward/mean", "actor/entropy"):
+        assert k in keys, k
+    assert sum(h["uec/explore_rollouts"] for h in tr.sampler.history) > 0
+    assert any(r.get("uec/replay_fired") for r in rows) and any(k.startswith("replay/actor/") for k in keys)
