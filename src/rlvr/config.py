@@ -239,6 +239,22 @@ class FBOSConfig(_Strict):
         return self
 
 
+class MuGRPOConfig(_Strict):
+    """μ-GRPO (``specs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
+
+    μ itself is ``steps_per_generation`` (alias ``mu_grpo.mu``); the relaxed clip window is plain
+    ``epsilon=1.0, epsilon_high=4.0``. The veto acts when the ``veto`` mask is listed in
+    ``loss_masks``; the staged schedule when ``schedule: staged``.
+    """
+
+    veto_ratio_threshold: float = Field(1e-4, gt=0, le=1)
+    veto_scope: Literal["suffix", "nontrigger_suffix", "sequence", "trigger_only", "none"] = "suffix"
+    veto_denominator: Literal["drop", "keep"] = "drop"
+    reset_optimizer_each_stage: bool = False
+    shuffle_groups_within_stage: bool = True
+    stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"
+
+
 class RLConfig(_Strict):
     """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1)."""
 
@@ -299,6 +315,7 @@ class RLConfig(_Strict):
     loss_masks: list[str] = Field(default_factory=list)
     batch_filters: list[str] = Field(default_factory=list)
     # variant sub-configs (each variant adds its own section below this line)
+    mu_grpo: MuGRPOConfig = Field(default_factory=MuGRPOConfig)
     uec: UECConfig = Field(default_factory=UECConfig)
     ib_tpo: IBTPOConfig = Field(default_factory=IBTPOConfig)
     fbos: FBOSConfig = Field(default_factory=FBOSConfig)
@@ -394,6 +411,7 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "lr": ("learning_rate", None),
     "steps": ("max_steps", None),
     "uec.num_explore_generations": ("uec.explore_num_generations", None),
+    "mu_grpo.mu": ("steps_per_generation", None),
     "uec.replay_admit": ("uec.replay_admission", None),
     "ib_tpo.lambda_ib": ("ib_tpo.ib_lambda", None),
     "fbos.combine": ("fbos.combine_mode", None),

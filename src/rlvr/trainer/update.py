@@ -14,15 +14,26 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from rlvr.core.aggregation import compute_denominators
+from rlvr.core.aggregation import AggDenominators, compute_denominators
 from rlvr.core.masks import combine_masks, truncation_mask
 from rlvr.core.objective import LossSettings, policy_objective
 from rlvr.trainer.forward import completion_logprobs
 from rlvr.trainer.metrics import LossMetricAccumulator
 from rlvr.types import RolloutBatch
 
-MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], torch.Tensor]
-"""A variant mask hook: ``(micro_batch, logp [n,T], old_logp [n,T] | None) -> {0,1} mask [n,T]``."""
+MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], Any]
+"""A variant mask hook: ``(micro_batch, logp [n,T], old_logp [n,T] | None) -> {0,1} mask [n,T]``.
+
+It is called on every micro-batch of every update with the current forward's log-probs (which still
+carry gradient: detach before using them). Two optional extensions, both general:
+
+* it may return ``(mask, metrics)`` where ``metrics`` maps a name to a ``(numerator, denominator)``
+  pair; :func:`policy_update` sums both over the micro-batches and reports ``Σ num / Σ den`` under
+  that name (omitted when ``Σ den == 0``);
+* an attribute ``denominator`` (``"drop"`` default, or ``"keep"``) says whether the tokens it masks
+  leave the loss normalisers (``grpo_core.md`` §5.4: "masked tokens are dropped from both numerators
+  and denominators") or stay counted in them (the normaliser of the mask-free ``W``).
+"""
 
 
 LossKwargsFn = Callable[[RolloutBatch], Mapping[str, Any]]
@@ -43,6 +54,47 @@ def micro_batches(batch: RolloutBatch, rows_per_micro: int) -> list[list[int]]:
     total = [len(c) + int(k) for c, k in zip(batch.context_ids, batch.completion_lengths.tolist())]
     order = sorted(range(len(batch)), key=lambda i: -total[i])
     return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+
+
+def _run_mask_hooks(
+    fns: Sequence[MaskFn], micro: RolloutBatch, logp: torch.Tensor, sums: dict[str, list[float]]
+) -> tuple[list[torch.Tensor], list[torch.Tensor], bool]:
+    """Call every mask hook on one micro-batch; add their ``(num, den)`` metrics into ``sums``.
+
+    Returns:
+        ``(masks, drop_masks, has_keep)``: all masks ``[n, T]``, those that leave the normalisers,
+        and whether any hook asked to stay in them (``denominator = "keep"``).
+
+    Raises:
+        ValueError: a hook's ``denominator`` attribute is neither ``"drop"`` nor ``"keep"``.
+    """
+    masks, drop, has_keep = [], [], False
+    for fn in fns:
+        out = fn(micro, logp, micro.old_logp)
+        if isinstance(out, tuple):
+            out, metrics = out
+            for k, (num, den) in (metrics or {}).items():
+                acc = sums.setdefault(k, [0.0, 0.0])
+                acc[0] += float(num)
+                acc[1] += float(den)
+        mode = getattr(fn, "denominator", "drop")
+        if mode not in ("drop", "keep"):
+            raise ValueError(f"mask hook {fn!r}: denominator must be 'drop' or 'keep', got {mode!r}")
+        masks.append(out)
+        if mode == "drop":
+            drop.append(out)
+        else:
+            has_keep = True
+    return masks, drop, has_keep
+
+
+def _normaliser(d: AggDenominators, mode: str) -> float:
+    """The scalar a whole optimizer batch's loss is divided by under ``mode`` (``grpo_core.md`` §6)."""
+    if mode == "token-sum":
+        return 1.0
+    if mode == "token-mean":
+        return d.token_weight
+    return d.num_seqs * d.scale
 
 
 @dataclass
@@ -102,6 +154,8 @@ def policy_update(
     optimizer.zero_grad(set_to_none=True)
     finite = True
     need_entropy_grad = settings.entropy_coef != 0.0
+    den_parts: list[torch.Tensor] = []  # W ⊙ the "drop" masks, per micro-batch (global scope)
+    mask_sums: dict[str, list[float]] = {}
     for rows in groups:
         micro = batch.select(rows)
         W = W_full[rows][:, : micro.completion_mask.shape[1]]
@@ -109,9 +163,14 @@ def policy_update(
             model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=True,
             entropy_grad=need_entropy_grad,
         )
-        masks = [fn(micro, logp, micro.old_logp) for fn in extra_mask_fns]
+        masks, drop_masks, has_keep = _run_mask_hooks(extra_mask_fns, micro, logp, mask_sums)
+        local_den = denominators
+        if denominators is not None and masks:
+            den_parts.append(combine_masks(W, *drop_masks))
+        elif denominators is None and has_keep:  # micro scope: "keep" masks stay in the normaliser
+            local_den = settings.denominators(combine_masks(W, *drop_masks))
         loss, metrics = policy_objective(
-            logp, micro.old_logp, micro.advantages, W, settings, denominators,
+            logp, micro.old_logp, micro.advantages, W, settings, local_den,
             ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
             loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
         )
@@ -124,6 +183,18 @@ def policy_update(
         loss.backward()
         acc.add(metrics)
     params = [p for p in model.parameters() if p.requires_grad]
+    # Global scope: the normalisers were computed before the forward, from W without the hooks'
+    # masks. The loss is linear in 1/normaliser, so rescaling the accumulated gradient afterwards
+    # gives exactly the loss normalised over W ⊙ "drop" masks (masks known only after the forward).
+    factor = 1.0
+    if finite and denominators is not None and den_parts:
+        used = _normaliser(denominators, settings.loss_agg_mode)
+        actual = _normaliser(settings.denominators(den_parts), settings.loss_agg_mode)
+        factor = used / actual if used > 0 and actual > 0 else 1.0  # 0 tokens left: the gradient is 0
+        if factor != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(factor)
     grad_norm = math.nan
     if finite:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
@@ -134,6 +205,11 @@ def policy_update(
     if step_optimizer or not finite:
         optimizer.zero_grad(set_to_none=True)
     out = acc.result()
+    if factor != 1.0:
+        out.update({k: v * factor for k, v in out.items() if k.startswith("loss/")})
+    for k, (num, den) in mask_sums.items():
+        if den > 0:
+            out[k] = num / den
     out["actor/grad_norm"] = grad_norm
     out["actor/num_micro_batches"] = float(len(groups))
     return UpdateResult(metrics=out, skipped=not finite, tokens=int(batch.completion_mask.sum()))
