@@ -1,0 +1,219 @@
+"""IB-TPO benchmark: trajectories per generated-token budget (tree vs flat group), wall-clock per
+trajectory, and optionally a short GRPO vs IB-TPO training comparison at a matched token budget.
+
+Part 1 (``specs/ib_tpo.md`` §2.5, §7.1 on a real model): for each repetition, draw P prompts, sample a
+flat group of G completions per prompt, then grow one IB tree per prompt with a decode-token budget
+equal to the flat group's measured cost per prompt. Reports complete trajectories per 1k generated
+tokens for both, their ratio (target ≥ 1.4, paper 1.5), and seconds per trajectory.
+
+Part 2 (``--train-steps > 0``): GRPO and IB-TPO trainers, same seed and prompts order, each for
+``--train-steps`` optimizer steps; logs reward, prompt-level Eff-Rate, entropy and IB-Score per step.
+
+Run the real model under the shared lock (house rule), e.g.::
+
+    HF_HUB_OFFLINE=1 flock /tmp/rlvr_heavy.lock .venv/bin/python benchmarks/bench_tree.py \\
+        --out runs/bench_tree/result.json
+
+``--model tiny`` runs the same code on the tiny random model (seconds; a smoke test).
+Prints a table and writes JSON. Timings are measurements, never test assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rlvr.config import build_config  # noqa: E402
+from rlvr.engines.hf import HFEngine  # noqa: E402
+from rlvr.rewards import Scorer  # noqa: E402
+from rlvr.samplers.group import GroupSampler, PromptEncoder  # noqa: E402
+from rlvr.samplers.tree import IBTreeSampler  # noqa: E402
+from rlvr.tasks import build_task  # noqa: E402
+from rlvr.types import SamplingParams  # noqa: E402
+
+
+def load(model_name: str, cfg):
+    if model_name == "tiny":
+        from rlvr.models import build_tiny_model
+
+        return build_tiny_model(0)
+    from rlvr.models import load_policy
+
+    return load_policy(cfg.model)
+
+
+def tree_variants(args) -> dict[str, list[str]]:
+    common = [f"ib_tpo.min_remaining_tokens={args.r_min}", f"ib_tpo.step_min_tokens={args.step_min}"]
+    return {
+        "tree_paragraph": common + ["ib_tpo.step_split=paragraph"],
+        "tree_fixed": common + ["ib_tpo.step_split=fixed", f"ib_tpo.fixed_step_tokens={args.fixed_step}"],
+    }
+
+
+def part1(args, model, tok, base: list[str], out: dict) -> None:
+    cfg = build_config(overrides=base)
+    task = build_task(cfg.task)
+    problems = task.problems("train")
+    engine = HFEngine(model, tok)
+    enc = PromptEncoder(tok, cfg.task.system_prompt or task.system_prompt, cfg.max_prompt_length)
+    scorer = Scorer(task, tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    G, P = cfg.num_generations, args.prompts
+    flat = GroupSampler(engine, enc, pad)
+    rows = []
+    variants = tree_variants(args)
+    for rep in range(args.reps):
+        probs = problems[rep * P : (rep + 1) * P]
+        params = SamplingParams(temperature=1.0, max_new_tokens=cfg.max_completion_length, seed=1000 + rep)
+        t = time.perf_counter()
+        fb = flat.sample(probs, G, params)
+        t_flat = time.perf_counter() - t
+        scorer.score(fb)
+        flat_tokens = int(fb.completion_mask.sum())
+        row = {
+            "rep": rep, "flat_traj": len(fb), "flat_tokens": flat_tokens, "flat_s": t_flat,
+            "flat_reward": float(fb.rewards.mean()), "flat_truncated": float(fb.is_truncated.float().mean()),
+            "flat_mean_len": float(fb.completion_lengths.float().mean()),
+        }
+        for name, ov in variants.items():
+            tcfg = build_config(overrides=base + ov)
+            sampler = IBTreeSampler(
+                engine, enc, scorer, tok, pad, tcfg.ib_tpo, tcfg.max_completion_length,
+                token_budget=int(round(flat_tokens / P)), seed=rep,
+            )
+            t = time.perf_counter()
+            tb = sampler.sample(probs, G, params)
+            t_tree = time.perf_counter() - t
+            m = tb.meta["metrics"]
+            steps = [len(ti.parent) - 1 for ti in tb.meta["tree_index"]]
+            row.update({
+                f"{name}_traj": len(tb), f"{name}_tokens": int(m["ib/tokens_decode"]), f"{name}_s": t_tree,
+                f"{name}_reward": float(tb.rewards.mean()), f"{name}_rounds": m["ib/rounds_used"],
+                f"{name}_fork_frac": m["ib/branch_depth_frac"], f"{name}_discarded": m["ib/tokens_discarded"],
+                f"{name}_prefill": m["ib/tokens_prefill"], f"{name}_nodes_per_tree": sum(steps) / len(steps),
+                f"{name}_eff_rate_prompt": m["ib/eff_rate_prompt"], f"{name}_ib_score": m["ib/score_mean"],
+            })
+            if rep == 0 and name == "tree_paragraph":
+                row["example_path"] = tb.texts[0][:600]
+        rows.append(row)
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "example_path"}), flush=True)
+    summ = {}
+    ft = sum(r["flat_traj"] for r in rows)
+    ftok = sum(r["flat_tokens"] for r in rows)
+    fs = sum(r["flat_s"] for r in rows)
+    summ["flat"] = {"traj_per_1k_tokens": 1000 * ft / ftok, "s_per_traj": fs / ft, "traj": ft, "tokens": ftok, "s": fs}
+    for name in variants:
+        tt = sum(r[f"{name}_traj"] for r in rows)
+        ttok = sum(r[f"{name}_tokens"] for r in rows)
+        ts = sum(r[f"{name}_s"] for r in rows)
+        summ[name] = {
+            "traj_per_1k_tokens": 1000 * tt / ttok, "s_per_traj": ts / tt, "traj": tt, "tokens": ttok, "s": ts,
+            "traj_ratio_vs_flat_per_token": (tt / ttok) / (ft / ftok), "s_per_traj_ratio_vs_flat": (ts / tt) / (fs / ft),
+        }
+    out["part1"] = {"rows": rows, "summary": summ}
+    print("\n| sampler | trajectories | decode tokens | traj / 1k tok | ratio vs flat | s / traj |")
+    print("|---|---|---|---|---|---|")
+    for name, s in summ.items():
+        print(f"| {name} | {s['traj']} | {s['tokens']} | {s['traj_per_1k_tokens']:.2f} | "
+              f"{s.get('traj_ratio_vs_flat_per_token', 1.0):.2f} | {s['s_per_traj']:.3f} |", flush=True)
+
+
+def part2(args, model_name: str, base: list[str], out: dict, deadline: float) -> None:
+    from rlvr.trainer.trainer import Trainer
+
+    arms = {
+        "grpo": ["sampler=group", "steps_per_generation=1"],
+        "ib_tpo": ["sampler=tree", "adv_estimator=ib_tree", "steps_per_generation=1",
+                   *tree_variants(args)["tree_paragraph" if args.train_split == "paragraph" else "tree_fixed"]],
+    }
+    res = {}
+    import shutil
+
+    for i, (arm, ov) in enumerate(arms.items()):
+        arm_deadline = time.perf_counter() + (deadline - time.perf_counter()) / (len(arms) - i)  # equal shares
+        model, tok = load(model_name, build_config(overrides=base))
+        outdir = tempfile.mkdtemp(prefix=f"bench_tree_{arm}_")
+        cfg = build_config(overrides=base + ov + [
+            f"max_steps={args.train_steps}", f"learning_rate={args.lr}", "logging.progress=false",
+            "logging.tensorboard=false", f"logging.output_dir={outdir}",
+        ])
+        tr = Trainer(cfg, model, tok, build_task(cfg.task))
+        hist = []
+
+        def cb(trainer, m, hist=hist):
+            hist.append({k: m.get(k) for k in (
+                "reward/mean", "reward/frac_zero_std_groups", "actor/entropy", "ib/score_mean", "ib/H_mean",
+                "ib/I_mean", "ib/eff_rate_prompt", "ib/leaves_per_tree", "ib/tokens_decode", "timing/generate_s", "timing/step_s",
+            )} | {"gen_tokens": m.get("perf/generated_tokens_per_s", 0) * m.get("timing/generate_s", 0)})
+            if time.perf_counter() > arm_deadline:
+                trainer.cfg.max_steps = max(trainer.global_step, 1)
+
+        tr.callbacks.append(cb)
+        tr.train()
+        shutil.rmtree(outdir, ignore_errors=True)
+        res[arm] = hist
+        out["part2"] = res
+        save(args, out)
+        print(arm, json.dumps(hist), flush=True)
+
+
+def save(args, out: dict) -> None:
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=float))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct) or tiny")
+    ap.add_argument("--task", default="chain_sum")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--G", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--max-len", type=int, default=96)
+    ap.add_argument("--r-min", type=int, default=16)
+    ap.add_argument("--step-min", type=int, default=8)
+    ap.add_argument("--fixed-step", type=int, default=16)
+    ap.add_argument("--train-steps", type=int, default=0)
+    ap.add_argument("--train-len", type=int, default=64)
+    ap.add_argument("--train-prompts", type=int, default=4)
+    ap.add_argument("--train-split", default="paragraph")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--time-limit", type=float, default=570.0, help="part 2 stops after this many seconds in all")
+    ap.add_argument("--out", default="runs/bench_tree/result.json")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    base = [
+        f"model.name_or_path={args.model}", "task.type=reasoning_gym", f"task.name={args.task}",
+        f"num_generations={args.G}", f"generation_batch_size={args.G * args.prompts}",
+        f"max_completion_length={args.max_len}", "max_prompt_length=256", "per_device_train_batch_size=8",
+    ]
+    out: dict = {"args": vars(args), "torch_threads": torch.get_num_threads()}
+    model, tok = load(args.model, build_config(overrides=base))
+    out["load_s"] = time.perf_counter() - t0
+    part1(args, model, tok, base, out)
+    out["part1_s"] = time.perf_counter() - t0
+    save(args, out)
+    if args.train_steps > 0:
+        drop = ("max_completion_length", "generation_batch_size")
+        tb = [o for o in base if not o.startswith(drop)] + [
+            f"max_completion_length={args.train_len}", f"generation_batch_size={args.G * args.train_prompts}"]
+        part2(args, args.model, tb, out, t0 + args.time_limit)
+    out["total_s"] = time.perf_counter() - t0
+    save(args, out)
+    print(f"wrote {args.out} ({out['total_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

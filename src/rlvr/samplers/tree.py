@@ -1,0 +1,626 @@
+"""IB-TPO tree sampling: step segmentation, a trie of token-id spans, IB-guided branching under a
+token budget, and extraction of root-to-leaf paths into one :class:`~rlvr.types.RolloutBatch`.
+
+Source: ``specs/ib_tpo.md`` §2.1 (steps, tree), §2.4 (IBTree sampling), §2.5 (budget), §2.7
+(extraction and weights); IB-TPO (Jiang et al., arXiv 2605.28109) for the structure ("branch where
+the IB-Score is highest"), TreeRL (arXiv 2506.11902) for fork-and-continue. The math (values,
+IB-Score, advantages) lives in :mod:`rlvr.core.tree`; this module only builds trees and packs them.
+
+Contracts (spec implementation notes): the tree stores the exact sampled token ids and behaviour
+log-probs, text is never re-tokenized; each round is ONE batched ``engine.generate`` call over every
+prompt's picks; only newly generated tokens are charged to the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rlvr.core import tree as T
+from rlvr.rewards import ScoreStats
+from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
+
+__all__ = ["IBTreeSampler", "PromptTree", "TokenTexts", "TreeIndex", "TreeNode", "segment_steps"]
+
+
+# --------------------------------------------------------------------------------------------------
+# step segmentation
+
+
+class TokenTexts:
+    """Decoded text of single token ids, cached (``tokenizer.decode([id])``).
+
+    Byte-level BPE pieces that are not whole UTF-8 characters decode to a replacement character,
+    which is harmless for finding ``"\\n"`` delimiters.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        s = self._cache.get(token_id)
+        if s is None:
+            s = self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+            self._cache[token_id] = s
+        return s
+
+
+def segment_steps(
+    token_ids: Sequence[int],
+    text_of: Callable[[int], str] | None = None,
+    *,
+    split: str = "paragraph",
+    delimiter: str = "\n\n",
+    min_tokens: int = 16,
+    max_tokens: int = 512,
+    fixed_tokens: int = 256,
+) -> list[int]:
+    """Exclusive end offsets of the steps of ``token_ids`` (the last one is ``len(token_ids)``).
+
+    ``paragraph`` (spec §2.1): a boundary sits after the token whose decoded text completes an
+    occurrence of ``delimiter`` (also when the delimiter straddles two tokens, e.g. ``"\\n"`` +
+    ``"\\n"``); steps shorter than ``min_tokens`` merge into the next step; steps longer than
+    ``max_tokens`` are split after the last token containing ``"\\n"`` within the cap, or hard-cut at
+    the cap. The final step ends at the end of the span (EOS or cap) and may be short.
+    ``fixed``: consecutive segments of ``fixed_tokens`` tokens (TreePO / SPO style).
+
+    Args:
+        token_ids: ``[L]`` token ids of one generated span.
+        text_of: id → decoded text (:class:`TokenTexts`); required for ``paragraph``.
+
+    Returns:
+        Strictly increasing offsets in ``(0, L]``; ``[]`` for an empty span.
+
+    Raises:
+        ValueError: unknown ``split``, a non-positive size, or ``paragraph`` without ``text_of``.
+    """
+    L = len(token_ids)
+    if split not in ("paragraph", "fixed"):
+        raise ValueError(f"segment_steps: split must be paragraph or fixed, got {split!r}")
+    if min(min_tokens, max_tokens, fixed_tokens) < 1:
+        raise ValueError("segment_steps: min_tokens, max_tokens and fixed_tokens must be >= 1")
+    if L == 0:
+        return []
+    if split == "fixed":
+        return list(range(fixed_tokens, L, fixed_tokens)) + [L]
+    if text_of is None:
+        raise ValueError("segment_steps: split=paragraph needs text_of (token id -> text)")
+    texts = [text_of(int(t)) for t in token_ids]
+    raw: list[int] = []
+    keep = len(delimiter) - 1
+    tail = ""  # the last len(delimiter) - 1 characters since the previous boundary
+    for t, s in enumerate(texts):
+        window = tail + s
+        if delimiter in window:
+            if t + 1 < L:
+                raw.append(t + 1)
+            tail = ""  # an occurrence is used once
+        else:
+            tail = window[-keep:] if keep else ""
+    raw.append(L)
+    merged: list[int] = []
+    prev = 0
+    for e in raw:  # merge short steps into the next one
+        if e - prev >= min_tokens or e == L:
+            merged.append(e)
+            prev = e
+    out: list[int] = []
+    prev = 0
+    for e in merged:  # cap long steps
+        while e - prev > max_tokens:
+            cut = None
+            for t in range(prev + max_tokens - 1, prev, -1):
+                if "\n" in texts[t]:
+                    cut = t + 1
+                    break
+            cut = cut or prev + max_tokens
+            out.append(cut)
+            prev = cut
+        out.append(e)
+        prev = e
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the tree
+
+
+@dataclass
+class TreeNode:
+    """One step: a span of sampled token ids with their behaviour log-probs.
+
+    Attributes:
+        parent: parent node id (-1 for the root, the prompt).
+        tokens / logps: the span's ids and natural-log behaviour probabilities ``[L_u]``.
+        start: tokens generated on the path before this span (the fork offset of its first token).
+        depth: steps from the root (root 0).
+        children: child node ids.
+        finish: ``"eos"`` / ``"length"`` for a leaf, else None.
+        reward / correct / text / feedback: the verifier's result on the leaf's whole path.
+        round: the sampling round that created the node (1 = initial chains).
+    """
+
+    parent: int
+    tokens: list[int]
+    logps: list[float]
+    start: int
+    depth: int
+    children: list[int] = field(default_factory=list)
+    finish: str | None = None
+    reward: float = 0.0
+    correct: bool = False
+    text: str | None = None
+    feedback: str | None = None
+    round: int = 0
+
+    @property
+    def end(self) -> int:
+        """Path length (generated tokens) from the root through the end of this span."""
+        return self.start + len(self.tokens)
+
+
+class PromptTree:
+    """A trie of token-id spans rooted at one prompt (spec §2.1). Node 0 is the root (no tokens)."""
+
+    def __init__(self, prompt_index: int, prompt_ids: Sequence[int]) -> None:
+        self.prompt_index = prompt_index
+        self.prompt_ids = list(prompt_ids)
+        self.nodes: list[TreeNode] = [TreeNode(parent=-1, tokens=[], logps=[], start=0, depth=0)]
+        self.leaves: list[int] = []
+        self.tokens_decode = 0
+        self.tokens_prefill = 0
+        self.tokens_discarded = 0
+        self.rounds = 0
+        self.branches = 0
+        self.fork_fracs: list[float] = []
+        self.done = False
+
+    def parent_array(self) -> list[int]:
+        """``[U]`` parent ids (the layout :mod:`rlvr.core.tree` takes)."""
+        return [n.parent for n in self.nodes]
+
+    def path_nodes(self, u: int) -> list[int]:
+        """Node ids from the first step to ``u`` (root excluded)."""
+        out = []
+        while u > 0:
+            out.append(u)
+            u = self.nodes[u].parent
+        return out[::-1]
+
+    def path_tokens(self, u: int) -> list[int]:
+        """Generated token ids on ``path(root → u)`` (the concatenation of the spans)."""
+        return [t for v in self.path_nodes(u) for t in self.nodes[v].tokens]
+
+    def path_logps(self, u: int) -> list[float]:
+        """Behaviour log-probs on ``path(root → u)``."""
+        return [x for v in self.path_nodes(u) for x in self.nodes[v].logps]
+
+    def attach(self, u: int, gen: Generation, ends: Sequence[int], round_: int) -> int:
+        """Attach a continuation of ``u`` as a chain of step nodes cut at ``ends``; returns the leaf id.
+
+        Raises:
+            ValueError: an empty continuation or ``ends`` not ending at its length.
+        """
+        L = len(gen.token_ids)
+        if L == 0 or not ends or ends[-1] != L:
+            raise ValueError(f"PromptTree.attach: bad continuation (length {L}, step ends {list(ends)})")
+        prev, cur = 0, u
+        for e in ends:
+            parent = self.nodes[cur]
+            node = TreeNode(
+                parent=cur, tokens=list(gen.token_ids[prev:e]), logps=list(gen.logprobs[prev:e]),
+                start=parent.end, depth=parent.depth + 1, round=round_,
+            )
+            self.nodes.append(node)
+            parent.children.append(len(self.nodes) - 1)
+            cur, prev = len(self.nodes) - 1, e
+        self.nodes[cur].finish = gen.finish_reason
+        self.leaves.append(cur)
+        return cur
+
+
+@dataclass
+class TreeIndex:
+    """What the trainer-side math needs of one extracted tree (stored in ``batch.meta["tree_index"]``).
+
+    Attributes:
+        group_id: the tree's group id in the batch.
+        parent: ``[U]`` parent array; span_lengths / starts: ``[U]`` tokens per node and fork offsets.
+        paths: one node list per leaf (root excluded), in the order of ``rows``.
+        rows: batch row of each path.
+        values, H, I, IB, A: per-node float lists (recursive values, IB quantities, final advantage).
+    """
+
+    group_id: int
+    parent: list[int]
+    span_lengths: list[int]
+    starts: list[int]
+    paths: list[list[int]]
+    rows: list[int]
+    values: list[float]
+    H: list[float]
+    I: list[float]  # noqa: E741
+    IB: list[float]
+    A: list[float]
+
+
+# --------------------------------------------------------------------------------------------------
+# the sampler
+
+
+class IBTreeSampler:
+    """IBTree sampling (spec §2.4) with tree advantages (§2.6) and prefix weights (§2.7).
+
+    Per prompt: ``M`` initial chains, then up to ``max_rounds − 1`` rounds that fork ``T``
+    continuations at the ``N`` candidate nodes with the highest ``score′(u) = IB̂(u) −
+    γ·#branch nodes on path(u)``, until the tree's decode-token budget is spent or it has
+    ``L_target`` leaves. Every round is one batched generate call over all prompts. The returned
+    batch is scored (rewards set) and carries per-token ``advantages`` and ``token_weights``.
+
+    Args:
+        engine: generation backend that continues arbitrary contexts (``rlvr.engines``).
+        encoder: prompt → token ids (:class:`rlvr.samplers.group.PromptEncoder`).
+        scorer: :class:`rlvr.rewards.Scorer` (``verify_one`` is called on each leaf's path text).
+        tokenizer: decodes leaves and single tokens (for paragraph steps).
+        pad_token_id: right-padding id.
+        ib: the ``ib_tpo`` sub-config (:class:`rlvr.config.IBTPOConfig`).
+        max_completion_length: cap on a root-to-leaf path in generated tokens.
+        score_fn: optional override ``(tree, u, stats) -> float | None`` of the branch score (None
+            excludes the node); for ablations and tests (e.g. forcing fork positions).
+        token_budget: optional fixed decode-token budget per tree (e.g. a flat group's measured cost).
+        seed: seed of the sampler's private RNG (``branch_score=random``, ``tie_break=random``).
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        encoder: Any,
+        scorer: Any,
+        tokenizer: Any,
+        pad_token_id: int,
+        ib: Any,
+        max_completion_length: int,
+        *,
+        score_fn: Callable[[PromptTree, int, T.IBStats], float | None] | None = None,
+        token_budget: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.engine = engine
+        self.encoder = encoder
+        self.scorer = scorer
+        self.tokenizer = tokenizer
+        self.pad_token_id = pad_token_id
+        self.ib = ib
+        self.max_completion_length = int(max_completion_length)
+        self.score_fn = score_fn
+        self.token_budget = token_budget
+        self.rng = random.Random(seed)
+        self.mean_length: float | None = None  # L̄: mean path length of the previous call
+        self.texts = TokenTexts(tokenizer)
+        self.last_trees: list[PromptTree] = []
+
+    # ------------------------------------------------------------------------------ sizes
+    def sizes(self, G: int) -> tuple[int, int, int]:
+        """``(M, N, L_target)`` for a baseline group size ``G`` (spec §2.4 defaults)."""
+        ib = self.ib
+        M = ib.num_initial_chains or max(1, int(round(G * ib.initial_chain_frac)))
+        N = ib.branches_per_round or max(1, G // 4)
+        return M, N, max(M, int(math.ceil(ib.leaf_target_factor * G - 1e-9)))
+
+    def budget(self, G: int, max_new_tokens: int) -> int:
+        """Decode-token budget ``B_tok`` of one tree: ``G·L̄`` (``token_budget=mean_length`` once L̄ is
+        known), else ``G·max_new_tokens·0.5``; a fixed ``token_budget`` argument wins."""
+        if self.token_budget is not None:
+            return int(self.token_budget)
+        if self.ib.token_budget == "mean_length" and self.mean_length:
+            return int(round(G * self.mean_length))
+        return int(round(G * max_new_tokens * 0.5))
+
+    def _segment(self, ids: Sequence[int]) -> list[int]:
+        ib = self.ib
+        return segment_steps(
+            ids, self.texts, split=ib.step_split, delimiter=ib.step_delimiter, min_tokens=ib.step_min_tokens,
+            max_tokens=ib.step_max_tokens, fixed_tokens=ib.fixed_step_tokens,
+        )
+
+    # ------------------------------------------------------------------------------ tree math
+    def tree_stats(self, tree: PromptTree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, T.IBStats]:
+        """``(leaf_rewards [U], values [U], surprisal [U], IBStats)`` of the tree as it stands."""
+        ib = self.ib
+        parent = tree.parent_array()
+        r = torch.tensor([n.reward for n in tree.nodes], dtype=torch.float64)
+        V = T.node_values(parent, r, value_est=ib.value_est)
+        h = T.step_surprisal([n.logps for n in tree.nodes], mode=ib.step_entropy, head_tokens=ib.head_tokens)
+        stats = T.ib_statistics(parent, V, h, beta=ib.ib_beta, ib_form=ib.ib_form)
+        return r, V, h, stats
+
+    def _remaining(self, tree: PromptTree) -> tuple[list[float], list[float]]:
+        """Per node: (max, mean) tokens from the end of the node to the leaves below it."""
+        U = len(tree.nodes)
+        below: list[list[int]] = [[] for _ in range(U)]  # leaf path lengths under each node
+        for leaf in tree.leaves:
+            L = tree.nodes[leaf].end
+            u = leaf
+            while u >= 0:
+                below[u].append(L)
+                u = tree.nodes[u].parent
+        mx, mean = [], []
+        for u in range(U):
+            rem = [L - tree.nodes[u].end for L in below[u]]
+            mx.append(float(max(rem)) if rem else 0.0)
+            mean.append(sum(rem) / len(rem) if rem else 0.0)
+        return mx, mean
+
+    def _picks(self, tree: PromptTree, N: int, cont: int, budget_left: int, leaves_left: int) -> list[tuple[int, int]]:
+        """Branch nodes for this round with their projected cost: top-N by ``score′``, dropping picks
+        whose projected cost exceeds the budget left (accumulated over the accepted picks)."""
+        ib = self.ib
+        _, _, _, stats = self.tree_stats(tree)
+        mx, mean = self._remaining(tree)
+        pbc = T.path_branch_counts(tree.parent_array(), stats.K)
+        cands = []
+        for u, node in enumerate(tree.nodes):
+            if u == 0:
+                if not ib.allow_root_branch:
+                    continue  # the root is exempt from max_children: a root branch is a fresh chain
+            elif not node.children or int(stats.K[u]) >= ib.max_children:
+                continue
+            if mx[u] < ib.min_remaining_tokens:
+                continue
+            if self.score_fn is not None:
+                s = self.score_fn(tree, u, stats)
+                if s is None or not math.isfinite(s):
+                    continue
+            elif ib.branch_score == "random":
+                s = self.rng.random()
+            else:
+                base = stats.IB[u] if ib.branch_score == "ib" else stats.H[u]
+                s = float(base) - ib.path_branch_penalty * int(pbc[u])
+            tie = {"deeper": -node.depth, "shallower": node.depth}.get(ib.tie_break)
+            cands.append((-s, tie if tie is not None else self.rng.random(), u))
+        cands.sort()
+        picks, left = [], budget_left
+        max_picks = min(N, -(-leaves_left // cont))
+        for _, _, u in cands[:max_picks]:
+            cost = int(math.ceil(mx[u] if ib.projected_cost == "max_remaining" else mean[u])) * cont
+            if cost <= left:
+                picks.append((u, cost))
+                left -= cost
+        return picks
+
+    # ------------------------------------------------------------------------------ sampling
+    def _verify_leaf(self, tree: PromptTree, leaf: int, problem: Any, stats: ScoreStats) -> None:
+        node = tree.nodes[leaf]
+        text = self.tokenizer.decode(tree.path_tokens(leaf), skip_special_tokens=True)
+        score, correct, fb = self.scorer.verify_one(problem, text, stats)
+        truncated = node.finish == "length"
+        node.reward = 0.0 if truncated else float(score)  # spec §2.1: a truncated leaf gets 0
+        node.correct = bool(correct) and not truncated
+        node.text, node.feedback = text, fb
+
+    def _generate(
+        self, jobs: list[tuple[PromptTree, int, int]], params: SamplingParams, round_: int
+    ) -> list[list[Generation]]:
+        """One batched generate call for ``(tree, node, n)`` jobs; each continuation is cut to its
+        path's remaining cap (the engine takes one ``max_new_tokens`` per call)."""
+        requests, caps = [], []
+        for tree, u, n in jobs:
+            requests.append(GenerationRequest(context_ids=tree.prompt_ids + tree.path_tokens(u), n=n))
+            caps.append(self.max_completion_length - tree.nodes[u].end)
+        seed = None if params.seed is None else (int(params.seed) + 104_729 * round_) % 2**31
+        p = dataclasses.replace(params, max_new_tokens=max(1, max(caps)), seed=seed)
+        outs = self.engine.generate(requests, p)
+        res = []
+        for (tree, u, n), cap, gens, req in zip(jobs, caps, outs, requests):
+            fixed = []
+            for g in gens:
+                if len(g.token_ids) > cap:
+                    tree.tokens_discarded += len(g.token_ids) - cap
+                    g = Generation(token_ids=list(g.token_ids[:cap]), logprobs=list(g.logprobs[:cap]), finish_reason="length")
+                elif len(g.token_ids) == cap and g.finish_reason != "eos":
+                    g = Generation(token_ids=list(g.token_ids), logprobs=list(g.logprobs), finish_reason="length")
+                fixed.append(g)
+            tree.tokens_prefill += len(req.context_ids)
+            res.append(fixed)
+        return res
+
+    def grow(self, problems: Sequence[Any], num_generations: int, params: SamplingParams) -> list[PromptTree]:
+        """Build one tree per problem (spec §2.4) and return them, leaves verified.
+
+        Raises:
+            RuntimeError: the engine returned an empty continuation.
+        """
+        ib = self.ib
+        G = num_generations
+        M, N, L_target = self.sizes(G)
+        cont = ib.continuations_per_branch
+        cap = self.max_completion_length
+        B = self.budget(G, min(params.max_new_tokens, cap))
+        stats = ScoreStats()
+        trees = [PromptTree(i, self.encoder(p)) for i, p in enumerate(problems)]
+
+        def charge(tree: PromptTree) -> int:
+            return tree.tokens_decode + (tree.tokens_prefill if ib.budget_counts == "decode_plus_prefill" else 0)
+
+        def add(tree: PromptTree, u: int, gens: list[Generation], round_: int) -> None:
+            for g in gens:
+                if not g.token_ids:
+                    raise RuntimeError("IBTreeSampler: the engine returned an empty continuation")
+                tree.tokens_decode += len(g.token_ids)
+                leaf = tree.attach(u, g, self._segment(g.token_ids), round_)
+                if round_ > 1:
+                    tree.branches += 1
+                    tree.fork_fracs.append(tree.nodes[u].end / max(tree.nodes[leaf].end, 1))
+                self._verify_leaf(tree, leaf, problems[tree.prompt_index], stats)
+
+        outs = self._generate([(t, 0, M) for t in trees], params, 1)
+        for tree, gens in zip(trees, outs):
+            add(tree, 0, gens, 1)
+            tree.rounds = 1
+        for round_ in range(2, ib.max_rounds + 1):
+            jobs = []
+            for tree in trees:
+                if tree.done:
+                    continue
+                left = B - charge(tree)
+                if left <= 0 or len(tree.leaves) >= L_target:
+                    tree.done = True
+                    continue
+                picks = self._picks(tree, N, cont, left, L_target - len(tree.leaves))
+                if not picks:
+                    tree.done = True
+                    continue
+                jobs += [(tree, u, cont) for u, _ in picks]
+            if not jobs:
+                break
+            outs = self._generate(jobs, params, round_)
+            for (tree, u, _), gens in zip(jobs, outs):
+                add(tree, u, gens, round_)
+                tree.rounds = round_
+        self.last_score_stats = stats
+        lengths = [t.nodes[leaf].end for t in trees for leaf in t.leaves]
+        if lengths:
+            self.mean_length = sum(lengths) / len(lengths)
+        self.last_trees = trees
+        return trees
+
+    def sample(
+        self,
+        problems: Sequence[Any],
+        num_generations: int,
+        params: SamplingParams,
+        *,
+        policy_version: int = 0,
+        first_group_id: int = 0,
+    ) -> RolloutBatch:
+        """Grow one tree per problem and extract every root-to-leaf path as a row (spec §2.7).
+
+        Returns a scored batch: ``context_ids`` = prompt ids, ``completion_ids`` = the whole path,
+        ``sampler_logp`` = the concatenated behaviour log-probs, ``advantages`` ``[N, T]`` (each token
+        carries its step's ``A(s)``), ``token_weights`` ``[N, T]`` (prefix weighting), ``group_id`` =
+        ``first_group_id + tree``; ``meta["tree_index"]`` holds a :class:`TreeIndex` per tree and
+        ``meta["metrics"]`` the ``ib/*`` scalars.
+        """
+        trees = self.grow(problems, num_generations, params)
+        return self.extract(trees, problems, params, policy_version=policy_version, first_group_id=first_group_id)
+
+    def extract(
+        self,
+        trees: Sequence[PromptTree],
+        problems: Sequence[Any],
+        params: SamplingParams,
+        *,
+        policy_version: int = 0,
+        first_group_id: int = 0,
+    ) -> RolloutBatch:
+        """Pack grown trees into one :class:`RolloutBatch` with tree advantages and weights."""
+        ib = self.ib
+        rows_ids, rows_lp, rows_adv, rows_w, ctx, gids, pidx = [], [], [], [], [], [], []
+        rewards, correct, truncated, texts, feedback, index = [], [], [], [], [], []
+        acc = {"H": [], "I": [], "IB": [], "glob": [], "loc": [], "reg": [], "gate": [], "eff_nodes": [0, 0]}
+        leaf_rewards_per_tree = []
+        for tree in trees:
+            parent = tree.parent_array()
+            r, V, h, stats = self.tree_stats(tree)
+            adv = T.tree_advantages(
+                parent, V, h, stats, r, ib_lambda=ib.ib_lambda, ib_beta=ib.ib_beta, ib_form=ib.ib_form,
+                ib_local=ib.ib_local, ib_gate=ib.ib_gate, adv_scale=ib.adv_scale,
+            )
+            paths = [tree.path_nodes(leaf) for leaf in tree.leaves]
+            weights = T.path_node_weights(parent, paths, ib.prefix_weight)
+            gid = first_group_id + tree.prompt_index
+            rows = []
+            for leaf, path, w in zip(tree.leaves, paths, weights):
+                rows.append(len(rows_ids))
+                node_lens = [len(tree.nodes[s].tokens) for s in path]
+                rows_ids.append(tree.path_tokens(leaf))
+                rows_lp.append(tree.path_logps(leaf))
+                rows_adv.append([float(adv.A[s]) for s, n in zip(path, node_lens) for _ in range(n)])
+                rows_w.append([ws for ws, n in zip(w, node_lens) for _ in range(n)])
+                ctx.append(list(tree.prompt_ids))
+                gids.append(gid)
+                pidx.append(tree.prompt_index)
+                node = tree.nodes[leaf]
+                rewards.append(node.reward)
+                correct.append(node.correct)
+                truncated.append(node.finish == "length")
+                texts.append(node.text or "")
+                feedback.append(node.feedback)
+            leaf_rewards_per_tree.append(torch.tensor([tree.nodes[l].reward for l in tree.leaves]))
+            branch = stats.K >= 2
+            acc["H"] += stats.H[branch].tolist()
+            acc["I"] += stats.I[branch].tolist()
+            acc["IB"] += stats.IB[branch].tolist()
+            nonroot = torch.arange(len(parent)) > 0
+            acc["glob"] += adv.A_GL[nonroot].abs().tolist()
+            acc["loc"] += adv.A_loc[nonroot].abs().tolist()
+            acc["reg"] += adv.A_reg[nonroot].abs().tolist()
+            par = torch.tensor([max(p, 0) for p in parent])
+            sib = nonroot & (stats.K[par] >= 2)
+            acc["gate"] += adv.gate[sib].float().tolist()
+            e, b = T.eff_rate_node(parent, V)
+            acc["eff_nodes"][0] += e
+            acc["eff_nodes"][1] += b
+            index.append(TreeIndex(
+                group_id=gid, parent=parent, span_lengths=[len(n.tokens) for n in tree.nodes],
+                starts=[n.start for n in tree.nodes], paths=paths, rows=rows, values=V.tolist(),
+                H=stats.H.tolist(), I=stats.I.tolist(), IB=stats.IB.tolist(), A=adv.A.tolist(),
+            ))
+        n = len(rows_ids)
+        width = max([len(x) for x in rows_ids] + [1])
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, width))
+        slogp, A, W = torch.zeros((n, width)), torch.zeros((n, width)), torch.zeros((n, width))
+        for i in range(n):
+            k = len(rows_ids[i])
+            ids[i, :k] = torch.tensor(rows_ids[i], dtype=torch.long)
+            mask[i, :k] = 1.0
+            slogp[i, :k] = torch.tensor(rows_lp[i])
+            A[i, :k] = torch.tensor(rows_adv[i])
+            W[i, :k] = torch.tensor(rows_w[i])
+        batch = RolloutBatch(
+            context_ids=ctx, completion_ids=ids, completion_mask=mask,
+            group_id=torch.tensor(gids, dtype=torch.long), prompt_index=torch.tensor(pidx, dtype=torch.long),
+            is_truncated=torch.tensor(truncated, dtype=torch.bool),
+            sampling_temperature=torch.full((n,), float(params.temperature)),
+            logprob_temperature=torch.full((n,), float(params.temperature)),
+            policy_version=torch.full((n,), int(policy_version), dtype=torch.long),
+            rewards=torch.tensor(rewards, dtype=torch.float32), advantages=A, sampler_logp=slogp,
+            token_weights=W, correct=torch.tensor(correct, dtype=torch.bool), texts=texts, feedback=feedback,
+            problems=list(problems),
+        )
+        batch.reward_components[getattr(getattr(self.scorer, "task", None), "name", "task")] = batch.rewards.clone()
+        batch.meta["variable_group_sizes"] = True
+        batch.meta["tree_index"] = index
+        batch.meta["metrics"] = self._metrics(trees, acc, leaf_rewards_per_tree)
+        return batch
+
+    def _metrics(self, trees: Sequence[PromptTree], acc: dict[str, Any], leaf_rewards: list[torch.Tensor]) -> dict[str, float]:
+        def mean(x: list[float]) -> float:
+            return sum(x) / len(x) if x else math.nan
+
+        nt = max(len(trees), 1)
+        leaves = sum(len(t.leaves) for t in trees)
+        decode = sum(t.tokens_decode for t in trees)
+        lengths = [t.nodes[l].end for t in trees for l in t.leaves]
+        Lbar = mean([float(x) for x in lengths])
+        e, b = acc["eff_nodes"]
+        return {
+            "ib/score_mean": mean(acc["IB"]), "ib/H_mean": mean(acc["H"]), "ib/I_mean": mean(acc["I"]),
+            "ib/eff_rate_prompt": T.eff_rate_prompt(leaf_rewards), "ib/eff_rate_node": e / b if b else math.nan,
+            "ib/leaves_per_tree": leaves / nt, "ib/branches_per_tree": sum(t.branches for t in trees) / nt,
+            "ib/rounds_used": mean([float(t.rounds) for t in trees]),
+            "ib/leaves_per_budget": leaves * Lbar / decode if decode else math.nan,
+            "ib/tokens_decode": float(decode), "ib/tokens_prefill": float(sum(t.tokens_prefill for t in trees)),
+            "ib/tokens_discarded": float(sum(t.tokens_discarded for t in trees)),
+            "ib/branch_depth_frac": mean([f for t in trees for f in t.fork_fracs]),
+            "ib/adv_global_abs": mean(acc["glob"]), "ib/adv_local_abs": mean(acc["loc"]),
+            "ib/adv_reg_abs": mean(acc["reg"]), "ib/gate_frac": mean(acc["gate"]),
+            "ib/verifier_errors": float(getattr(self, "last_score_stats", ScoreStats()).errors),
+        }
