@@ -54,10 +54,15 @@ class CoinScorer:
     def __init__(self, seed=0):
         self.rng = random.Random(seed)
         self.task = SimpleNamespace(name="coin")
+        self.calls = 0
 
-    def verify_one(self, problem, text, stats):
-        ok = self.rng.random() < 0.5
-        return float(ok), ok, None
+    def score(self, batch):
+        self.calls += 1
+        ok = [self.rng.random() < 0.5 for _ in range(len(batch))]
+        batch.rewards = torch.tensor(ok, dtype=torch.float32)
+        batch.correct = torch.tensor(ok)
+        batch.texts, batch.feedback = [""] * len(batch), [None] * len(batch)
+        return SimpleNamespace(errors=0)
 
 
 def make_sampler(engine, *, prompt_len=5, cap=80, score_fn=None, budget=None, seed=0, scorer=None, **ib):
@@ -105,8 +110,8 @@ def test_segmentation_rules_with_synthetic_texts():
 # ---------------------------------------------------------------------------------------------- budget
 def test_budget_efficiency_with_equal_cost_steps():
     """§7.1: chains of 20 equal-cost steps, uniform forks, G = 16, M = 8, budget of 16 full chains."""
-    eng = EqualCostEngine(prompt_len=5, total=80)
-    s = make_sampler(eng, budget=16 * 80, branch_score="random", branches_per_round=4)
+    eng, scorer = EqualCostEngine(prompt_len=5, total=80), CoinScorer()
+    s = make_sampler(eng, budget=16 * 80, branch_score="random", branches_per_round=4, scorer=scorer)
     trees = s.grow(PROBLEMS, 16, PARAMS)
     leaves = [len(t.leaves) for t in trees]
     assert sum(leaves) / len(leaves) >= 1.4 * 16
@@ -115,7 +120,7 @@ def test_budget_efficiency_with_equal_cost_steps():
         assert t.tokens_decode == sum(len(n.tokens) for n in t.nodes)  # each generated token stored once
         for leaf in t.leaves:
             assert t.nodes[leaf].end == 80
-    assert eng.calls == max(t.rounds for t in trees)  # one batched generate call per round
+    assert eng.calls == scorer.calls == max(t.rounds for t in trees)  # one generate and one score call per round
 
 
 def test_early_forks_give_fewer_leaves_than_late_forks():

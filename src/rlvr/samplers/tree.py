@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.core import tree as T
-from rlvr.rewards import ScoreStats
+from rlvr.samplers.group import generations_to_batch
 from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
 
 __all__ = ["IBTreeSampler", "PromptTree", "TokenTexts", "TreeIndex", "TreeNode", "segment_steps"]
@@ -266,7 +266,7 @@ class IBTreeSampler:
     Args:
         engine: generation backend that continues arbitrary contexts (``rlvr.engines``).
         encoder: prompt → token ids (:class:`rlvr.samplers.group.PromptEncoder`).
-        scorer: :class:`rlvr.rewards.Scorer` (``verify_one`` is called on each leaf's path text).
+        scorer: :class:`rlvr.rewards.Scorer`; each round's new leaves are scored in one ``score`` call.
         tokenizer: decodes leaves and single tokens (for paragraph steps).
         pad_token_id: right-padding id.
         ib: the ``ib_tpo`` sub-config (:class:`rlvr.config.IBTPOConfig`).
@@ -304,6 +304,7 @@ class IBTreeSampler:
         self.mean_length: float | None = None  # L̄: mean path length of the previous call
         self.texts = TokenTexts(tokenizer)
         self.last_trees: list[PromptTree] = []
+        self.score_errors = 0
 
     # ------------------------------------------------------------------------------ sizes
     def sizes(self, G: int) -> tuple[int, int, int]:
@@ -395,14 +396,30 @@ class IBTreeSampler:
         return picks
 
     # ------------------------------------------------------------------------------ sampling
-    def _verify_leaf(self, tree: PromptTree, leaf: int, problem: Any, stats: ScoreStats) -> None:
-        node = tree.nodes[leaf]
-        text = self.tokenizer.decode(tree.path_tokens(leaf), skip_special_tokens=True)
-        score, correct, fb = self.scorer.verify_one(problem, text, stats)
-        truncated = node.finish == "length"
-        node.reward = 0.0 if truncated else float(score)  # spec §2.1: a truncated leaf gets 0
-        node.correct = bool(correct) and not truncated
-        node.text, node.feedback = text, fb
+    def _verify_leaves(self, items: list[tuple[PromptTree, int]], problems: Sequence[Any]) -> None:
+        """Score new leaves with ONE ``scorer.score`` call on a batch of their whole paths (so the
+        scorer's worker pool and timeouts apply); a truncated leaf gets reward 0 (spec §2.1)."""
+        if not items:
+            return
+        gens = [
+            Generation(token_ids=tree.path_tokens(leaf), logprobs=[0.0] * tree.nodes[leaf].end,
+                       finish_reason=tree.nodes[leaf].finish or "eos")  # type: ignore[arg-type]
+            for tree, leaf in items
+        ]
+        mini = generations_to_batch(
+            [tree.prompt_ids for tree, _ in items], gens, group_ids=[0] * len(items),
+            prompt_index=[tree.prompt_index for tree, _ in items], problems=list(problems),
+            pad_token_id=self.pad_token_id, temperature=1.0, policy_version=0,
+        )
+        st = self.scorer.score(mini)
+        self.score_errors += int(getattr(st, "errors", 0)) + int(getattr(st, "timeouts", 0))
+        for j, (tree, leaf) in enumerate(items):
+            node = tree.nodes[leaf]
+            truncated = node.finish == "length"
+            node.reward = 0.0 if truncated else float(mini.rewards[j])
+            node.correct = bool(mini.correct[j]) and not truncated if mini.correct is not None else False
+            node.text = mini.texts[j] if mini.texts else None
+            node.feedback = mini.feedback[j] if mini.feedback else None
 
     def _generate(
         self, jobs: list[tuple[PromptTree, int, int]], params: SamplingParams, round_: int
@@ -442,13 +459,13 @@ class IBTreeSampler:
         cont = ib.continuations_per_branch
         cap = self.max_completion_length
         B = self.budget(G, min(params.max_new_tokens, cap))
-        stats = ScoreStats()
+        self.score_errors = 0
         trees = [PromptTree(i, self.encoder(p)) for i, p in enumerate(problems)]
 
         def charge(tree: PromptTree) -> int:
             return tree.tokens_decode + (tree.tokens_prefill if ib.budget_counts == "decode_plus_prefill" else 0)
 
-        def add(tree: PromptTree, u: int, gens: list[Generation], round_: int) -> None:
+        def add(tree: PromptTree, u: int, gens: list[Generation], round_: int, new: list) -> None:
             for g in gens:
                 if not g.token_ids:
                     raise RuntimeError("IBTreeSampler: the engine returned an empty continuation")
@@ -457,12 +474,14 @@ class IBTreeSampler:
                 if round_ > 1:
                     tree.branches += 1
                     tree.fork_fracs.append(tree.nodes[u].end / max(tree.nodes[leaf].end, 1))
-                self._verify_leaf(tree, leaf, problems[tree.prompt_index], stats)
+                new.append((tree, leaf))
 
         outs = self._generate([(t, 0, M) for t in trees], params, 1)
+        new: list[tuple[PromptTree, int]] = []
         for tree, gens in zip(trees, outs):
-            add(tree, 0, gens, 1)
+            add(tree, 0, gens, 1, new)
             tree.rounds = 1
+        self._verify_leaves(new, problems)
         for round_ in range(2, ib.max_rounds + 1):
             jobs = []
             for tree in trees:
@@ -480,10 +499,11 @@ class IBTreeSampler:
             if not jobs:
                 break
             outs = self._generate(jobs, params, round_)
+            new = []
             for (tree, u, _), gens in zip(jobs, outs):
-                add(tree, u, gens, round_)
+                add(tree, u, gens, round_, new)
                 tree.rounds = round_
-        self.last_score_stats = stats
+            self._verify_leaves(new, problems)
         lengths = [t.nodes[leaf].end for t in trees for leaf in t.leaves]
         if lengths:
             self.mean_length = sum(lengths) / len(lengths)
@@ -622,5 +642,5 @@ class IBTreeSampler:
             "ib/branch_depth_frac": mean([f for t in trees for f in t.fork_fracs]),
             "ib/adv_global_abs": mean(acc["glob"]), "ib/adv_local_abs": mean(acc["loc"]),
             "ib/adv_reg_abs": mean(acc["reg"]), "ib/gate_frac": mean(acc["gate"]),
-            "ib/verifier_errors": float(getattr(self, "last_score_stats", ScoreStats()).errors),
+            "ib/verifier_errors": float(getattr(self, "score_errors", 0)),
         }
