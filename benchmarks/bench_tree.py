@@ -167,6 +167,35 @@ def part2(args, model_name: str, base: list[str], out: dict, deadline: float) ->
         print(arm, json.dumps(hist), flush=True)
 
 
+def plot(result_json: str, png: str) -> None:
+    """Part-2 curves (reward, prompt-level Eff-Rate, entropy, IB-Score per step) as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = json.loads(Path(result_json).read_text()).get("part2", {})
+    keys = [("reward/mean", "reward"), ("eff_rate", "Eff-Rate (prompt)"), ("actor/entropy", "entropy (nats/token)"),
+            ("ib/score_mean", "IB-Score (tree only)")]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3))
+    for arm, hist in res.items():
+        steps = list(range(1, len(hist) + 1))
+        for ax, (k, title) in zip(axes, keys):
+            if k == "eff_rate":
+                ys = [1 - h["reward/frac_zero_std_groups"] if h.get("reward/frac_zero_std_groups") is not None else None
+                      for h in hist]
+            else:
+                ys = [h.get(k) for h in hist]
+            if any(y is not None for y in ys):
+                ax.plot(steps, [float("nan") if y is None else y for y in ys], marker="o", label=arm,
+                        color={"grpo": "C0", "ib_tpo": "C1"}.get(arm))
+            ax.set_title(title)
+            ax.set_xlabel("optimizer step")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+
+
 def save(args, out: dict) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=float))
@@ -190,7 +219,11 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--time-limit", type=float, default=570.0, help="part 2 stops after this many seconds in all")
     ap.add_argument("--out", default="runs/bench_tree/result.json")
+    ap.add_argument("--plot", default=None, help="only plot part 2 of an existing --out JSON into this PNG")
     args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.out, args.plot)
+        return 0
     t0 = time.perf_counter()
     torch.manual_seed(0)
     base = [
