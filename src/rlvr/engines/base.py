@@ -1,0 +1,55 @@
+"""The engine protocol: the one seam between samplers and generation backends.
+
+An engine turns token-id contexts into sampled continuations with their behaviour log-probs. Samplers
+(group, tree, feedback) depend only on this protocol, so a backend (transformers today, vLLM later)
+can be swapped without touching them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from rlvr.types import Generation, GenerationRequest, SamplingParams
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation backend.
+
+    Attributes:
+        eos_token_ids: token ids that end a sequence; a sampled one is kept as the last token of
+            :attr:`Generation.token_ids` and gives ``finish_reason == "eos"``.
+    """
+
+    eos_token_ids: set[int]
+
+    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Generation]]:
+        """Continue each request's context ``request.n`` times.
+
+        Args:
+            requests: contexts (prompt ids, optionally followed by an already generated prefix) and
+                how many continuations each needs.
+            params: temperature, top-p, top-k, token cap and optional seed (same seed, same inputs →
+                same outputs).
+
+        Returns:
+            One list per request, in request order, of exactly ``request.n`` :class:`Generation`\\ s
+            holding only the new tokens, their behaviour log-probs and the finish reason.
+
+        Raises:
+            ValueError: an empty context, ``n < 1`` or invalid sampling parameters.
+        """
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Any) -> None:
+        """Make the engine sample from the given policy weights (called after optimizer updates).
+
+        Args:
+            state_dict: parameter name → tensor, in the policy's own naming.
+
+        Raises:
+            KeyError: a name the engine's model does not have.
+        """
+        ...

