@@ -17,7 +17,6 @@ from rlvr.errors import ConfigError, DataError, ModelLoadError, RlvrError
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -44,6 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="PNG curves of a run directory")
     pl.add_argument("run_dir")
     pl.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
+    cp = sub.add_parser("compare", help="several arms x seeds under an equal budget, then a Markdown + PNG report")
+    cp.add_argument("--spec", help="comparison YAML (arms, seeds, budget, common, eval, output_dir)")
+    cp.add_argument("--arm", action="append", default=[], metavar="'NAME=RECIPE[+RECIPE] [k=v ...]'",
+                    help="an arm: recipe(s) plus overrides; repeatable")
+    cp.add_argument("--seeds", help="comma-separated run seeds, e.g. 0,1,2")
+    cp.add_argument("--budget", help="steps=N, rollouts=N or tokens=N (the same for every arm)")
+    cp.add_argument("--out", help="comparison folder (finished runs in it are skipped)")
+    cp.add_argument("--base", action="append", default=[], metavar="FILE", help="config applied before every arm")
+    cp.add_argument("--report-only", action="store_true", help="only re-render report.md and the plots")
+    cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
     return parser
 
 
@@ -59,7 +68,18 @@ def _load_config(args: argparse.Namespace):
 
 
 def _resume_target(cfg, mode: str):
-    from rlvr.trainer.checkpoint import STATE_FILE, latest_checkpoint
+    """The checkpoint folder ``--resume MODE`` continues from, or None to start from scratch.
+
+    ``auto``: the latest complete ``checkpoint-N`` in the output dir; ``force``: the same, ignoring
+    config and data changes; anything else: that checkpoint folder. Unless forced, the saved config
+    (``max_steps``, ``save_steps``, ``logging``, ``eval`` ignored) and the content hashes of the task's
+    data files (``task.path``, ``task.eval_path``) must match the current ones.
+
+    Raises:
+        ConfigError: the folder is not a checkpoint, or the config or data changed (every difference
+            is named, old -> new).
+    """
+    from rlvr.trainer.checkpoint import STATE_FILE, latest_checkpoint, resume_differences
 
     out = Path(cfg.logging.output_dir)
     if mode in ("auto", "force"):
@@ -72,15 +92,12 @@ def _resume_target(cfg, mode: str):
         if not (ckpt / STATE_FILE).exists():
             raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
     if mode != "force":
-        saved = json.loads((ckpt / STATE_FILE).read_text())["config"]
-        now = cfg.model_dump(mode="json")
-        changed = sorted(
-            k for k in set(saved) | set(now) if k not in IGNORED_ON_RESUME and saved.get(k) != now.get(k)
-        )
+        saved = json.loads((ckpt / STATE_FILE).read_text())
+        changed = resume_differences(saved, cfg)
         if changed:
             raise ConfigError(
-                f"--resume: the config differs from the one checkpoint {ckpt} was written with, in: "
-                f"{', '.join(changed)}. Use --resume force to continue anyway."
+                f"--resume: refusing to resume from {ckpt}: the config or data changed since it was written:\n  "
+                + "\n  ".join(changed) + "\nUse --resume force to continue anyway."
             )
     return ckpt
 
@@ -148,6 +165,40 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``rlvr compare``: run every unfinished arm x seed under the budget, then write the report."""
+    import yaml
+
+    from rlvr.compare.harness import Arm, Budget, CompareSpec, run_compare
+    from rlvr.compare.report import write_report
+
+    d = yaml.safe_load(Path(args.spec).read_text()) if args.spec else {}
+    if args.spec and not isinstance(d, dict):
+        raise ConfigError(f"--spec {args.spec}: expected a mapping")
+    spec = CompareSpec.from_dict({**d, "budget": d.get("budget", args.budget or "steps=1"),
+                                  "arms": d.get("arms") or ["grpo"]})
+    if args.arm:
+        spec.arms = [Arm.parse(a) for a in args.arm]
+    if args.seeds:
+        spec.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.budget:
+        spec.budget = Budget.parse(args.budget)
+    elif not d.get("budget"):
+        raise ConfigError("rlvr compare needs a budget: --budget steps=N|rollouts=N|tokens=N or budget: in --spec")
+    if args.out:
+        spec.output_dir = args.out
+    spec.base_configs += args.base
+    spec.common += args.overrides
+    spec.__post_init__()
+    if args.report_only:
+        path = write_report(spec.output_dir, arms=[a.name for a in spec.arms], seeds=spec.seeds, budget=spec.budget)
+    else:
+        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True))
+        path = Path(spec.output_dir) / "report.md"
+    print(f"rlvr: wrote {path}")
+    return 0
+
+
 def _yaml(d: dict) -> str:
     import yaml
 
@@ -160,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
-    handlers = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+    handlers = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "compare": cmd_compare}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:

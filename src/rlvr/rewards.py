@@ -3,18 +3,32 @@
 A reward function that raises or returns a non-number must not kill a run that has been going for
 hours (``specs/peers.md`` complaints 10 and 16): that completion scores 0, a counter increments, and
 the run continues — unless ``fatal`` is set.
+
+A reward function that *hangs* (issue 3) is cut off after ``timeout_s``: with a timeout (or more than
+one worker) the verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), each
+receiving its share of the batch in one message and answering item by item; a worker whose current
+item has run past the timeout is killed and replaced, that completion scores 0 and is counted in
+``ScoreStats.timeouts``, and the rest of its share goes to the replacement. Without a timeout and with
+one worker, scoring stays in-process (the built-in verifiers cost microseconds per call).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
+import pickle
+import time
 import traceback
 import warnings
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as mp_wait
 from typing import Any, Sequence
 
 import torch
 
+from rlvr.errors import RlvrError
 from rlvr.types import RolloutBatch
 
 
@@ -30,8 +44,210 @@ class ScoreStats:
 
     errors: int = 0
     calls: int = 0
+    timeouts: int = 0
     last_error: str | None = None
     error_kinds: dict[str, int] = field(default_factory=dict)
+
+    def count_error(self, kind: str, text: str) -> None:
+        """Record one failed verifier call of exception type ``kind``."""
+        self.errors += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        self.last_error = f"{kind}: {text}"
+
+
+class RewardError(RlvrError):
+    """A reward function failed or timed out and ``reward_errors_fatal`` is set."""
+
+
+def _verify_item(task: Any, problem: Any, text: str) -> tuple[float, bool, str | None]:
+    verdict = task.verify(problem, text)
+    score = float(verdict.score)
+    if not math.isfinite(score):
+        raise ValueError(f"verifier returned a non-finite score {verdict.score!r}")
+    return score, bool(verdict.correct), verdict.feedback
+
+
+def _worker_main(conn: Any, payload: bytes) -> None:
+    """Worker process loop: unpickle the task, then score lists of ``(idx, problem, text)`` items,
+    answering ``(idx, score, correct, feedback, error)`` per item (``error`` = ``(kind, text)`` or None)."""
+    try:
+        task = pickle.loads(payload)
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("init_error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        for idx, problem, text in msg:
+            try:
+                score, correct, feedback = _verify_item(task, problem, text)
+                conn.send((idx, score, correct, feedback, None))
+            except Exception as exc:  # noqa: BLE001 - a user's reward function may raise anything
+                conn.send((idx, 0.0, False, None, (type(exc).__name__, str(exc)[:500])))
+
+
+def _stop_workers(workers: list) -> None:
+    for w in workers:
+        if w is None:
+            continue
+        proc, conn = w["proc"], w["conn"]
+        try:
+            conn.send(None)
+        except (OSError, ValueError):
+            pass
+        proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=1.0)
+        conn.close()
+    workers[:] = [None] * len(workers)
+
+
+class VerifierPool:
+    """Worker processes running ``task.verify`` where a hung call can be stopped.
+
+    Args:
+        task: the task; must be picklable (it is sent to each worker once, at start).
+        num_workers: worker processes (≥ 1); a batch is split into this many contiguous shares.
+        timeout_s: seconds one verifier call may take (0 = no limit); counted from the worker's
+            previous answer, so a worker's start-up (importing the task's modules) is not counted.
+        start_method: multiprocessing start method (``forkserver`` by default: workers do not
+            inherit the trainer's threads or model memory).
+        startup_timeout_s: seconds a worker may take to start and load the task.
+
+    Raises:
+        TypeError / pickle.PicklingError: the task cannot be pickled.
+
+    Source: issue 3 ("a reward function that hangs is cut off after reward_timeout_s").
+    """
+
+    def __init__(self, task: Any, num_workers: int = 1, timeout_s: float = 30.0, *,
+                 start_method: str = "forkserver", startup_timeout_s: float = 120.0) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self._payload = pickle.dumps(task)
+        self.num_workers = num_workers
+        self.timeout_s = float(timeout_s)
+        self.startup_timeout_s = float(startup_timeout_s)
+        methods = mp.get_all_start_methods()
+        self._ctx = mp.get_context(start_method if start_method in methods else "spawn")
+        if self._ctx.get_start_method() == "forkserver":
+            # the fork server imports these once; each worker (and each replacement of a killed one)
+            # is then forked with torch and rlvr already loaded: ~10 ms instead of seconds
+            self._ctx.set_forkserver_preload(["rlvr.rewards", "rlvr.tasks.base"])
+        self._workers: list[dict[str, Any] | None] = [None] * num_workers
+        self.restarts = 0
+        self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
+
+    def _start(self, k: int) -> dict[str, Any]:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child, self._payload), daemon=True,
+                                 name=f"rlvr-verifier-{k}")
+        proc.start()
+        child.close()
+        w = {"proc": proc, "conn": parent, "ready": False}
+        self._workers[k] = w
+        return w
+
+    def _kill(self, k: int) -> None:
+        w = self._workers[k]
+        if w is not None:
+            w["proc"].kill()
+            w["proc"].join(timeout=5.0)
+            w["conn"].close()
+        self._workers[k] = None
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        _stop_workers(self._workers)
+
+    def run(self, items: Sequence[tuple[int, Any, str]]) -> dict[int, tuple[float, bool, str | None, tuple[str, str] | None]]:
+        """Score ``items`` (``(idx, problem, text)``) in the workers.
+
+        Returns:
+            ``idx -> (score, correct, feedback, error)`` for every item; ``error`` is ``(kind, text)``
+            for a verifier that raised, returned a non-number, timed out (kind ``"Timeout"``) or
+            killed its worker (kind ``"WorkerDied"``), else None.
+
+        Raises:
+            RuntimeError: a worker cannot load the task (the message gives the worker's error).
+        """
+        results: dict[int, tuple[float, bool, str | None, tuple[str, str] | None]] = {}
+        if not items:
+            return results
+        k = min(self.num_workers, len(items))
+        per = -(-len(items) // k)
+        shares = [list(items[i * per : (i + 1) * per]) for i in range(k)]
+        pending: dict[int, deque] = {}
+        deadline: dict[int, float] = {}
+
+        def launch(j: int, share: list) -> None:
+            w = self._workers[j]
+            if w is None or not w["proc"].is_alive():
+                if w is not None:
+                    self._kill(j)
+                w = self._start(j)
+            w["conn"].send(share)
+            pending[j] = deque(share)
+            limit = self.timeout_s if w["ready"] and self.timeout_s > 0 else (
+                self.startup_timeout_s + self.timeout_s if self.timeout_s > 0 else math.inf)
+            deadline[j] = time.monotonic() + limit
+
+        def fail_head(j: int, kind: str, text: str) -> None:
+            idx = pending[j].popleft()[0]
+            results[idx] = (0.0, False, None, (kind, text))
+            self._kill(j)
+            rest = list(pending.pop(j))
+            deadline.pop(j, None)
+            if rest:
+                launch(j, rest)
+
+        for j, share in enumerate(shares):
+            if share:
+                launch(j, share)
+        while pending:
+            now = time.monotonic()
+            soonest = min(deadline.values())
+            conns = {self._workers[j]["conn"]: j for j in pending}
+            ready = mp_wait(list(conns), timeout=None if soonest == math.inf else max(0.0, soonest - now))
+            for conn in ready:
+                j = conns[conn]
+                w = self._workers[j]
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    code = w["proc"].exitcode if w else None
+                    fail_head(j, "WorkerDied", f"verifier worker exited (code {code}) while scoring this completion")
+                    continue
+                if msg[0] == "ready":
+                    w["ready"] = True
+                    deadline[j] = time.monotonic() + (self.timeout_s if self.timeout_s > 0 else math.inf)
+                    continue
+                if msg[0] == "init_error":
+                    self.close()
+                    raise RuntimeError(f"reward worker could not load the task: {msg[1]}")
+                idx, score, correct, feedback, error = msg
+                head = pending[j].popleft()
+                assert head[0] == idx, (head[0], idx)
+                results[idx] = (score, correct, feedback, error)
+                if pending[j]:
+                    deadline[j] = time.monotonic() + (self.timeout_s if self.timeout_s > 0 else math.inf)
+                else:
+                    del pending[j], deadline[j]
+            now = time.monotonic()
+            for j in [j for j, d in deadline.items() if d <= now]:
+                if j in pending and self._workers[j] is not None and not self._workers[j]["ready"]:
+                    self.close()
+                    raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
+                if j in pending:
+                    fail_head(j, "Timeout", f"reward function did not return within reward_timeout_s={self.timeout_s:g} s")
+        return results
 
 
 class Scorer:
@@ -40,16 +256,43 @@ class Scorer:
     Args:
         task: a :class:`rlvr.tasks.Task`.
         tokenizer: decodes completion ids to text (special tokens skipped).
-        fatal: re-raise verifier errors instead of scoring 0.
+        fatal: re-raise verifier errors (and timeouts, as :class:`RewardError`) instead of scoring 0.
+        timeout_s: seconds one verifier call may take; 0 = no limit. With a limit, or with
+            ``num_workers > 1``, verifiers run in a :class:`VerifierPool` (started on first use). A
+            task that cannot be pickled is scored in-process instead, with a warning (no limit then).
+        num_workers: worker processes for the pool.
 
     Fills ``batch.texts``, ``batch.rewards`` ``[N]``, ``batch.correct`` ``[N]`` bool,
     ``batch.feedback`` and ``batch.reward_components["<task name>"]``.
     """
 
-    def __init__(self, task: Any, tokenizer: Any, *, fatal: bool = False) -> None:
+    def __init__(self, task: Any, tokenizer: Any, *, fatal: bool = False, timeout_s: float = 0.0,
+                 num_workers: int = 1) -> None:
         self.task = task
         self.tokenizer = tokenizer
         self.fatal = fatal
+        self.timeout_s = float(timeout_s)
+        self.num_workers = int(num_workers)
+        self.timeouts_total = 0
+        self.errors_total = 0
+        self._pool: VerifierPool | None = None
+        self._use_pool = self.timeout_s > 0 or self.num_workers > 1
+        if self._use_pool:
+            try:
+                pickle.dumps(task)
+            except Exception as exc:  # noqa: BLE001 - any pickling failure means: score in-process
+                warnings.warn(
+                    f"reward_timeout_s/reward_num_workers need a picklable task, and {type(task).__name__} is not "
+                    f"({type(exc).__name__}: {exc}); verifiers run in-process without a timeout",
+                    stacklevel=2,
+                )
+                self._use_pool = False
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later :meth:`score` restarts them)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Completion texts ``[N]`` (special tokens and padding removed)."""
@@ -69,10 +312,7 @@ class Scorer:
         except Exception as exc:  # noqa: BLE001 - a user's reward function may raise anything
             if self.fatal:
                 raise
-            stats.errors += 1
-            kind = type(exc).__name__
-            stats.error_kinds[kind] = stats.error_kinds.get(kind, 0) + 1
-            stats.last_error = f"{kind}: {exc}"
+            stats.count_error(type(exc).__name__, str(exc))
             if stats.errors == 1:
                 warnings.warn(
                     f"reward function failed ({stats.last_error}); the completion scores 0 and the run "
@@ -87,14 +327,47 @@ class Scorer:
         texts = self.decode(batch)
         problems: Sequence[Any] = batch.problems
         scores, correct, feedback = [], [], []
-        for text, pi in zip(texts, batch.prompt_index.tolist()):
-            s, c, f = self.verify_one(problems[pi], text, stats)
-            scores.append(s)
-            correct.append(c)
-            feedback.append(f)
+        if self._use_pool:
+            scores, correct, feedback = self._score_in_pool(texts, batch, stats)
+        else:
+            for text, pi in zip(texts, batch.prompt_index.tolist()):
+                s, c, f = self.verify_one(problems[pi], text, stats)
+                scores.append(s)
+                correct.append(c)
+                feedback.append(f)
+        self.errors_total += stats.errors
+        self.timeouts_total += stats.timeouts
         batch.texts = texts
         batch.rewards = torch.tensor(scores, dtype=torch.float32)
         batch.correct = torch.tensor(correct, dtype=torch.bool)
         batch.feedback = feedback
         batch.reward_components[getattr(self.task, "name", "task")] = batch.rewards.clone()
         return stats
+
+    def _score_in_pool(self, texts: list[str], batch: RolloutBatch, stats: ScoreStats):
+        if self._pool is None:
+            self._pool = VerifierPool(self.task, self.num_workers, self.timeout_s)
+        items = [(i, batch.problems[pi], t) for i, (t, pi) in enumerate(zip(texts, batch.prompt_index.tolist()))]
+        results = self._pool.run(items)
+        scores, correct, feedback = [], [], []
+        for i in range(len(items)):
+            s, c, f, err = results[i]
+            stats.calls += 1
+            if err is not None:
+                kind, text = err
+                if self.fatal:
+                    raise RewardError(f"reward function failed on completion {i} ({kind}: {text}); "
+                                      "reward_errors_fatal=true stops the run")
+                if kind == "Timeout":
+                    stats.timeouts += 1
+                    stats.last_error = f"{kind}: {text}"
+                else:
+                    stats.count_error(kind, text)
+                if stats.errors + stats.timeouts == 1:
+                    warnings.warn(f"reward function failed ({kind}: {text}); the completion scores 0 and the run "
+                                  "continues (set reward_errors_fatal=true to stop instead)", stacklevel=3)
+                s, c, f = 0.0, False, None
+            scores.append(s)
+            correct.append(c)
+            feedback.append(f)
+        return scores, correct, feedback

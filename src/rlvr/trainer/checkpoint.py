@@ -2,13 +2,25 @@
 
 Layout of ``checkpoint-N/``: the policy as a Hugging Face folder (``model.safetensors``, config,
 tokenizer), ``optimizer.pt`` and ``scheduler.pt`` (tensors and plain containers only, read with
-``torch.load(weights_only=True)``), ``trainer_state.json`` (step, loader position, RNG states, config).
+``torch.load(weights_only=True)``), ``trainer_state.json`` (step, generation round, loader position,
+RNG states, schedule state, config, content hashes of the task's data files), and, when the run was
+between the optimizer updates of one generation batch (μ > 1), ``pending.safetensors`` +
+``pending.json`` (that batch, :mod:`rlvr.rollout_io`) with the index of the next update; the
+dynamic-sampling carry as ``carry-K.*``; schedule tensors as ``schedule.safetensors``.
 The folder is assembled under a temporary name and renamed into place, so a kill at any moment leaves
-either the previous checkpoint or the new one, never half of one.
+either the previous checkpoint or the new one, never half of one. Nothing is ever unpickled on load.
+
+Identical continuation (issue 3): a run killed at any point and resumed from its latest checkpoint
+repeats at most the update in progress and then computes exactly what the uninterrupted run computes:
+generation rounds are seeded by round index (``Trainer.sampling_params``), a pending generation batch
+is re-planned from the schedule and RNG state saved just before it was first planned, and the
+updates already done are skipped.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import random
@@ -21,9 +33,13 @@ import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.json"
+CHECKPOINT_VERSION = 2
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
+"""Config keys (and sections) that may change between a run and its resumption."""
 
 
-def _rng_state() -> dict[str, Any]:
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch global RNG states as JSON-serialisable lists."""
     py = random.getstate()
     np_state = np.random.get_state()
     return {
@@ -33,12 +49,96 @@ def _rng_state() -> dict[str, Any]:
     }
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state captured by :func:`capture_rng_state`."""
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]
     np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
+def pending_round_state(trainer: Any, batch: Any) -> dict[str, Any]:
+    """What a checkpoint needs to re-plan ``batch`` identically: call just before ``schedule.plan``.
+
+    Returns:
+        ``{"batch", "schedule_state", "rng", "plan_step", "next_index": 0, "num_opt_batches": None}``.
+    """
+    return {
+        "batch": batch,
+        "schedule_state": copy.deepcopy(trainer.schedule.state_dict()),
+        "rng": capture_rng_state(),
+        "plan_step": trainer.global_step,
+        "next_index": 0,
+        "num_opt_batches": None,
+    }
+
+
+def file_digest(path: str | Path) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a folder's files (relative names and bytes, sorted)."""
+    h = hashlib.sha256()
+    p = Path(path)
+    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    for f in files:
+        if p.is_dir():
+            h.update(str(f.relative_to(p)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def data_fingerprint(task_cfg: Any) -> dict[str, str]:
+    """Content hashes of the task's local data files: ``{"task.path": digest, "task.eval_path": ...}``.
+
+    Only keys whose value names an existing local file or folder are included (hub datasets and
+    generated reasoning-gym data are covered by the config comparison instead).
+    """
+    out: dict[str, str] = {}
+    for key in ("path", "eval_path"):
+        value = getattr(task_cfg, key, None)
+        if value and Path(value).expanduser().exists():
+            out[f"task.{key}"] = file_digest(Path(value).expanduser())
+    return out
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def resume_differences(saved_state: dict[str, Any], cfg: Any) -> list[str]:
+    """Human-readable differences that make resuming from ``saved_state`` unsafe under ``cfg``.
+
+    Compares the saved config with ``cfg`` key by key (dotted paths; ``IGNORED_ON_RESUME`` sections
+    left out) and the saved data-file hashes with the files' current contents.
+
+    Returns:
+        one line per difference, e.g. ``"learning_rate: 1e-06 -> 1e-05"`` or
+        ``"task.path (/d/train.jsonl): file contents changed"``; empty when resuming is safe.
+    """
+    saved = {k: v for k, v in _flatten(saved_state.get("config", {})).items()
+             if k.split(".")[0] not in IGNORED_ON_RESUME}
+    now = {k: v for k, v in _flatten(cfg.model_dump(mode="json")).items() if k.split(".")[0] not in IGNORED_ON_RESUME}
+    missing = object()
+    lines = []
+    for k in sorted(set(saved) | set(now)):
+        a, b = saved.get(k, missing), now.get(k, missing)
+        if a != b:
+            lines.append(f"{k}: {'(absent)' if a is missing else json.dumps(a)} -> {'(absent)' if b is missing else json.dumps(b)}")
+    old_data = saved_state.get("data", {})
+    new_data = data_fingerprint(cfg.task)
+    for k in sorted(set(old_data) | set(new_data)):
+        if old_data.get(k) != new_data.get(k):
+            where = getattr(cfg.task, k.split(".", 1)[1], None)
+            what = "file contents changed" if k in old_data and k in new_data else (
+                "file is missing now" if k in old_data else "file was not recorded in the checkpoint")
+            lines.append(f"{k} ({where}): {what}")
+    return lines
 
 
 def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) -> Path:
@@ -60,13 +160,17 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
             state = {
+                "version": CHECKPOINT_VERSION,
                 "global_step": trainer.global_step,
                 "generation_round": trainer.generation_round,
                 "num_tokens": trainer.num_tokens,
+                "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
                 "loader": trainer.loader.state_dict(),
-                "rng": _rng_state(),
+                "rng": capture_rng_state(),
                 "config": trainer.cfg.model_dump(mode="json"),
+                "data": data_fingerprint(trainer.cfg.task),
             }
+            state.update(_save_round_state(trainer, tmp))
             (tmp / STATE_FILE).write_text(json.dumps(state))
         with open(tmp / ".complete", "w") as f:
             f.flush()
@@ -112,7 +216,7 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
     weights: dict[str, torch.Tensor] = {}
-    for f in sorted(path.glob("*.safetensors")):
+    for f in sorted(path.glob("model*.safetensors")):
         weights.update(load_file(str(f)))
     missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
@@ -124,6 +228,66 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     trainer.global_step = int(state["global_step"])
     trainer.generation_round = int(state["generation_round"])
     trainer.num_tokens = int(state["num_tokens"])
+    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
     trainer.loader.load_state_dict(state["loader"])
-    _set_rng_state(state["rng"])
+    _load_round_state(trainer, path, state)
+    restore_rng_state(state["rng"])
     return state
+
+
+def _split_schedule_state(sched: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    tensors = sched.get("tensors") or {}
+    plain = {k: v for k, v in sched.items() if k != "tensors"}
+    return plain, {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+
+
+def _save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
+    """Write the pending generation batch, dynamic-sampling carry and schedule state; return the JSON part."""
+    from safetensors.torch import save_file
+
+    from rlvr.rollout_io import save_rollouts
+
+    out: dict[str, Any] = {}
+    pending = getattr(trainer, "pending_round", None)
+    n = pending.get("num_opt_batches") if pending else None
+    if pending is not None and n is not None and pending["next_index"] < n:
+        save_rollouts(pending["batch"], folder, "pending")
+        sched = pending["schedule_state"]
+        out["pending"] = {"next_index": int(pending["next_index"]), "num_opt_batches": int(n),
+                          "plan_step": int(pending["plan_step"]), "rng": pending["rng"]}
+    else:
+        sched = trainer.schedule.state_dict() if hasattr(trainer.schedule, "state_dict") else {}
+    plain, tensors = _split_schedule_state(sched or {})
+    out["schedule"] = plain
+    if tensors:
+        save_file(tensors, str(folder / "schedule.safetensors"))
+        out["schedule_tensors"] = sorted(tensors)
+    carry = getattr(trainer, "_carry", None) or []
+    for k, b in enumerate(carry):
+        save_rollouts(b, folder, f"carry-{k}")
+    out["num_carry"] = len(carry)
+    return out
+
+
+def _load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
+    from safetensors.torch import load_file
+
+    from rlvr.rollout_io import load_rollouts
+
+    sched = dict(state.get("schedule", {}))
+    if state.get("schedule_tensors"):
+        sched["tensors"] = load_file(str(path / "schedule.safetensors"))
+    problems = getattr(getattr(trainer, "loader", None), "problems", None) or []
+    by_uid = {getattr(p, "uid", None): p for p in problems}
+    trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
+    p = state.get("pending")
+    if p:
+        trainer._resume_round = {
+            "batch": load_rollouts(path, "pending", problems_by_uid=by_uid), "schedule_state": sched,
+            "rng": p["rng"], "plan_step": int(p["plan_step"]), "next_index": int(p["next_index"]),
+            "num_opt_batches": int(p["num_opt_batches"]),
+        }
+    else:
+        trainer._resume_round = None
+        if hasattr(trainer.schedule, "load_state_dict"):
+            trainer.schedule.load_state_dict(sched)

@@ -1,0 +1,180 @@
+"""Scorer: failing, non-numeric and hanging reward functions score 0, are counted, and the run goes on."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from conftest import ToyTask, small_config
+from rlvr.rewards import RewardError, Scorer, VerifierPool
+from rlvr.tasks.base import Problem, Verdict
+from rlvr.types import RolloutBatch
+
+
+@dataclass
+class ScriptedTask:
+    """Verdict by problem uid: ``ok`` → 1, ``bad`` → 0, ``raise`` raises, ``nan``/``str`` return a
+    non-number, ``hang`` sleeps ``hang_s``, ``die`` kills its process. Module level: picklable."""
+
+    name: str = "scripted"
+    hang_s: float = 30.0
+    system_prompt: str = "x"
+
+    def problems(self, split):
+        return [Problem(uid=u, question=u, answer="1") for u in ("ok", "bad")]
+
+    def verify(self, problem, completion):
+        kind = problem.uid.split("-")[0]
+        if kind == "raise":
+            raise ZeroDivisionError("user bug")
+        if kind == "nan":
+            return Verdict(score=math.nan, correct=False)
+        if kind == "str":
+            return Verdict(score="high", correct=False)  # type: ignore[arg-type]
+        if kind == "hang":
+            time.sleep(self.hang_s)
+        if kind == "die":
+            os._exit(3)
+        ok = kind == "ok"
+        return Verdict(score=0.5 if ok else 0.0, correct=ok, feedback=None if ok else "no")
+
+
+def make_batch(tok, uids: list[str], text: str = "12") -> RolloutBatch:
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    n = len(uids)
+    return RolloutBatch(
+        context_ids=[[1]] * n,
+        completion_ids=torch.tensor([ids] * n),
+        completion_mask=torch.ones(n, len(ids)),
+        group_id=torch.zeros(n, dtype=torch.long),
+        prompt_index=torch.arange(n),
+        is_truncated=torch.zeros(n, dtype=torch.bool),
+        sampling_temperature=torch.ones(n),
+        logprob_temperature=torch.ones(n),
+        policy_version=torch.zeros(n, dtype=torch.long),
+        problems=[Problem(uid=u, question=u, answer="1") for u in uids],
+    )
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from rlvr.models import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+def test_in_process_errors_and_non_numbers_score_zero_and_count(tok):
+    sc = Scorer(ScriptedTask(), tok)
+    assert not sc._use_pool  # no timeout, one worker: in-process fast path
+    b = make_batch(tok, ["ok-0", "raise-1", "nan-2", "str-3", "bad-4"])
+    with pytest.warns(UserWarning, match="scores 0"):
+        st = sc.score(b)
+    assert b.rewards.tolist() == [0.5, 0.0, 0.0, 0.0, 0.0]
+    assert b.correct.tolist() == [True, False, False, False, False]
+    assert (st.errors, st.calls, st.timeouts) == (3, 5, 0)
+    assert st.error_kinds == {"ZeroDivisionError": 1, "ValueError": 2}
+    assert b.feedback == [None, None, None, None, "no"]
+
+
+def test_fatal_switch_reraises(tok):
+    with pytest.raises(ZeroDivisionError):
+        Scorer(ScriptedTask(), tok, fatal=True).score(make_batch(tok, ["ok-0", "raise-1"]))
+
+
+def test_pool_matches_in_process_and_splits_over_workers(tok):
+    uids = ["ok-0", "bad-1", "raise-2", "ok-3", "nan-4", "ok-5", "bad-6"]
+    ref = make_batch(tok, uids)
+    with pytest.warns(UserWarning):
+        s_ref = Scorer(ScriptedTask(), tok).score(ref)
+    sc = Scorer(ScriptedTask(), tok, timeout_s=20, num_workers=2)
+    try:
+        got = make_batch(tok, uids)
+        with pytest.warns(UserWarning):
+            s_got = sc.score(got)
+        assert got.rewards.tolist() == ref.rewards.tolist()
+        assert got.correct.tolist() == ref.correct.tolist() and got.feedback == ref.feedback
+        assert (s_got.errors, s_got.calls, s_got.error_kinds) == (s_ref.errors, s_ref.calls, s_ref.error_kinds)
+        assert sum(w is not None for w in sc._pool._workers) == 2
+    finally:
+        sc.close()
+
+
+def test_hanging_reward_fn_is_cut_off_scored_zero_counted_and_pool_replaced(tok):
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.5, num_workers=1)
+    try:
+        b = make_batch(tok, ["ok-0", "hang-1", "ok-2", "bad-3"])
+        t = time.perf_counter()
+        with pytest.warns(UserWarning, match="did not return within reward_timeout_s=0.5"):
+            st = sc.score(b)
+        assert time.perf_counter() - t < 30  # not the 60 s of the hang
+        assert b.rewards.tolist() == [0.5, 0.0, 0.5, 0.0]  # items after the hung one still scored
+        assert (st.timeouts, st.errors, st.calls) == (1, 0, 4)
+        assert sc.timeouts_total == 1 and sc._pool.restarts == 1
+        b2 = make_batch(tok, ["ok-0", "ok-1"])  # the replacement worker keeps serving
+        assert sc.score(b2).timeouts == 0 and b2.rewards.tolist() == [0.5, 0.5]
+    finally:
+        sc.close()
+
+
+def test_worker_that_dies_counts_as_error_and_fatal_timeout_raises(tok):
+    sc = Scorer(ScriptedTask(), tok, timeout_s=10)
+    try:
+        b = make_batch(tok, ["die-0", "ok-1"])
+        with pytest.warns(UserWarning, match="WorkerDied"):
+            st = sc.score(b)
+        assert b.rewards.tolist() == [0.0, 0.5] and st.error_kinds == {"WorkerDied": 1}
+    finally:
+        sc.close()
+    fatal = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.3, fatal=True)
+    try:
+        with pytest.raises(RewardError, match="Timeout"):
+            fatal.score(make_batch(tok, ["hang-0"]))
+    finally:
+        fatal.close()
+
+
+def test_unpicklable_task_falls_back_to_in_process_with_a_warning(tok):
+    class Local(ScriptedTask):
+        pass
+
+    with pytest.warns(UserWarning, match="picklable"):
+        sc = Scorer(Local(), tok, timeout_s=1)
+    assert not sc._use_pool
+    b = make_batch(tok, ["ok-0"])
+    sc.score(b)
+    assert b.rewards.tolist() == [0.5]
+
+
+def test_pool_rejects_zero_workers():
+    with pytest.raises(ValueError):
+        VerifierPool(ScriptedTask(), num_workers=0)
+
+
+@dataclass
+class HangOnFirst(ToyTask):
+    """ToyTask whose verifier hangs on train problem 0 (module level: picklable for the worker pool)."""
+
+    def verify(self, problem, completion):
+        if problem.uid == "train-0":
+            time.sleep(60)
+        return super().verify(problem, completion)
+
+
+def test_trainer_counts_timeouts_and_continues(tmp_path, tiny):
+    from rlvr.trainer.trainer import Trainer
+
+    factory, tk = tiny
+    task = HangOnFirst(n=2)  # 2 prompts per round: problem 0 is in every round
+    cfg = small_config(tmp_path, "max_steps=1", "reward_timeout_s=0.2", "reward_num_workers=2")
+    tr = Trainer(cfg, factory(0), tk, task)
+    seen = []
+    tr.callbacks.append(lambda t, m: seen.append(m))
+    with pytest.warns(UserWarning, match="reward_timeout_s"):
+        tr.train()
+    assert [m["reward/verifier_timeouts"] for m in seen] == [4.0]  # G = 4 completions of problem 0
+    assert tr.global_step == 1 and seen[0]["reward/verifier_errors"] == 0 and tr.scorer._pool is None  # closed at the end of train()
