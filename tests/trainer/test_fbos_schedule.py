@@ -1,0 +1,194 @@
+"""FBOS-RL schedule on the tiny model: EPA gradient from rescued prompts (and none without FAP rollouts),
+context separation, ratios at θ_old, alternate/joint combination, budget and update parity, and the
+§4 metrics at every step (spec §2.9, §7.1–§7.5)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import ToyTask, small_config
+from rlvr.core.fbos import view_advantages
+from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, build_fap_text
+from rlvr.tasks.base import Problem, Verdict
+from rlvr.tasks.feedback import make_feedback
+from rlvr.tasks.prompts import render_prompt
+from rlvr.trainer.trainer import Trainer
+from rlvr.trainer.update import policy_update
+from rlvr.types import Generation
+
+MARK = "<previous_attempt>"
+FBOS = ["sampler=feedback", "schedule=fbos", "reward_timeout_s=0"]
+
+
+class AddTask:
+    name = "add"
+    system_prompt = "Answer with a number."
+
+    def problems(self, split):
+        return [Problem(uid=f"{split}-{i}", question=f"What is {i} + 4?", answer=str(i + 4)) for i in range(4)]
+
+    def verify(self, problem, completion):
+        got = completion.strip()
+        ok = got == problem.answer
+        return Verdict(score=float(ok), correct=ok, feedback=make_feedback(got or None, "boxed" if got else "none", ok))
+
+
+class ScriptedEngine:
+    """Initial rollouts all fail; the first FAP child of every call is correct, the others fail."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_token_ids = {tok.eos_token_id}
+
+    def generate(self, requests, params):
+        out, first = [], True
+        for r in requests:
+            ctx = self.tok.decode(r.context_ids)
+            gens = []
+            for _ in range(r.n):
+                if MARK in ctx and first:
+                    text, first = ctx.split("What is ")[1].split(" + 4")[0], False
+                    text = str(int(text) + 4)
+                else:
+                    text = "wrong answer here"
+                ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+                gens.append(Generation(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="eos"))
+            out.append(gens)
+        return out
+
+
+def scripted_trainer(tmp_path, tiny, *overrides):
+    factory, tok = tiny
+    cfg = small_config(tmp_path, *FBOS, "num_generations=8", "generation_batch_size=8",
+                       "per_device_train_batch_size=8", *overrides)
+    return Trainer(cfg, factory(0), tok, AddTask(), engine=ScriptedEngine(tok))
+
+
+def grads_of(tr, ob):
+    res = policy_update(tr.model, tr.optimizer, ob, ob.meta.get("loss_settings", tr.settings),
+                        pad_token_id=tr.pad_token_id, rows_per_micro=3, step_optimizer=False, max_grad_norm=None,
+                        loss_kwargs_fn=ob.meta.get("loss_kwargs_fn"))
+    g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in tr.model.parameters()])
+    tr.optimizer.zero_grad(set_to_none=True)
+    return g, res.metrics
+
+
+def test_rescued_prompt_gives_epa_gradient_and_none_without_fap_rollouts(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny)
+    batch, metrics = tr.generate_batch()
+    assert metrics["fbos/rescued_frac"] == 1.0 and metrics["fbos/pass_rate_initial"] == 0.0
+    epa, ecc = tr.schedule.plan(tr, batch)
+    assert (epa.meta["phase"], ecc.meta["phase"]) == ("epa", "ecc")
+    g, m = grads_of(tr, epa)
+    assert g.abs().sum() > 0 and m["actor/grad_norm"] > 0
+    # control: the same prompt without its feedback-guided rollouts → zero-variance group → zero gradient
+    keep = [i for i, k in enumerate(epa.context_kind) if k == KIND_ORIGINAL]
+    ctrl = epa.select(keep)
+    ctrl.advantages = view_advantages(ctrl.rewards, ctrl.group_id, torch.ones(len(ctrl), dtype=torch.bool))
+    ctrl.meta = dict(epa.meta)
+    g0, m0 = grads_of(tr, ctrl)
+    assert (ctrl.advantages == 0).all() and torch.count_nonzero(g0) == 0 and m0["actor/grad_norm"] == 0
+
+
+def test_feedback_text_changes_ecc_loss_but_not_epa_loss(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny)
+    batch, _ = tr.generate_batch()
+    tr.schedule.plan(tr, batch)  # sets old_logp of both views (sampling-time contexts)
+    prob = batch.problems[0]
+
+    def with_feedback(text):
+        b = batch.select(range(len(batch)))
+        for i, k in enumerate(b.context_kind):
+            if k == KIND_FEEDBACK:
+                fap = build_fap_text(prob.question, "wrong answer here", text)
+                msgs = [{"role": "system", "content": tr.encoder.system_prompt}, {"role": "user", "content": fap}]
+                b.context_ids[i] = tr.tokenizer(render_prompt(tr.tokenizer, msgs), add_special_tokens=False)["input_ids"]
+        epa = b.select([i for i, k in enumerate(b.context_kind) if k != KIND_FEEDBACK])
+        epa.meta = {"loss_settings": dataclasses.replace(tr.settings, policy_loss="fbos_epa"),
+                    "loss_kwargs_fn": tr.schedule.loss_kwargs}
+        ecc = b.select([i for i, k in enumerate(b.context_kind) if k == KIND_FEEDBACK])
+        ecc.meta = {}
+        return grads_of(tr, epa), grads_of(tr, ecc)
+
+    (ga, ma), (gc, mc) = with_feedback("Your final answer is incorrect.")
+    (ga2, ma2), (gc2, mc2) = with_feedback("Totally different checker text, much longer than before.")
+    assert torch.equal(ga, ga2) and ma["loss/policy"] == ma2["loss/policy"]
+    assert mc["loss/policy"] != pytest.approx(mc2["loss/policy"], abs=1e-7)
+    assert not torch.allclose(gc, gc2)
+
+
+def test_ratio_is_one_at_theta_old_for_initial_and_ecc_tokens(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny)
+    batch, _ = tr.generate_batch()
+    epa, ecc = tr.schedule.plan(tr, batch)
+    for ob in (epa, ecc):
+        _, m = grads_of(tr, ob)
+        assert m["actor/ratio/min"] == pytest.approx(1.0, abs=1e-4)
+        assert m["actor/ratio/max"] == pytest.approx(1.0, abs=1e-4)
+        assert m["actor/clip_ratio/region"] == 0.0
+    w = epa.meta["update_metrics"]["fbos/offpolicy_weight_mean"]
+    off = torch.tensor([k != KIND_ORIGINAL for k in epa.context_kind])
+    p = batch.old_logp[: len(epa)].exp()  # EPA rows come first in the batch
+    want = ((p / (p + 0.1)) * batch.completion_mask[: len(epa)])[off].sum() / batch.completion_mask[: len(epa)][off].sum()
+    assert w == pytest.approx(float(want), rel=1e-5)
+
+
+def test_joint_gradient_is_sum_of_epa_and_ecc_gradients(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny)
+    batch, _ = tr.generate_batch()
+    epa, ecc = tr.schedule.plan(tr, batch)
+    g_epa, m_epa = grads_of(tr, epa)
+    g_ecc, m_ecc = grads_of(tr, ecc)
+    tr.cfg.fbos.combine_mode = "joint"
+    (joint,) = tr.schedule.plan(tr, batch)
+    assert joint.meta["phase"] == "joint" and joint.meta["update_metrics"]["fbos/optimizer_steps_per_step"] == 1
+    g_joint, m_joint = grads_of(tr, joint)
+    assert torch.allclose(g_joint, g_epa + g_ecc, atol=1e-6, rtol=1e-4)
+    assert m_joint["loss/policy"] == pytest.approx(m_epa["loss/policy"] + m_ecc["loss/policy"], abs=1e-6)
+    um = joint.meta["update_metrics"]
+    assert um["loss/epa"] == pytest.approx(m_epa["loss/policy"], abs=1e-6)
+    assert um["loss/ecc"] == pytest.approx(m_ecc["loss/policy"], abs=1e-6)
+
+
+SPEC_METRICS = [  # spec §4 → rlvr names (grad_norm/<view> is logged by the trainer as <view>/actor/grad_norm)
+    "entropy/x_initial", "epa/actor/grad_norm", "ecc/actor/grad_norm", "fbos/fap_success_rate",
+    "fbos/rescued_frac", "fbos/zero_adv_frac_before", "fbos/zero_adv_frac_after", "fbos/triggered_frac",
+    "fbos/offpolicy_weight_mean", "fbos/meta_ref_frac", "fbos/optimizer_steps_per_step", "loss/epa", "loss/ecc",
+    "fbos/tokens_generated/initial", "fbos/tokens_generated/feedback", "fbos/fap_prompt_tokens",
+]
+
+
+def test_alternate_takes_two_updates_per_step_and_logs_every_spec_metric(tmp_path, tiny):
+    factory, tok = tiny
+    cfg = small_config(tmp_path, *FBOS, "max_steps=4")  # G = 4 (2 + 2), 2 prompts per step
+    tr = Trainer(cfg, factory(0), tok, ToyTask())
+    seen = []
+    tr.callbacks.append(lambda t, m: seen.append(dict(m)))
+    tr.train()
+    assert tr.global_step == 4 and tr.generation_round == 2  # 2 optimizer steps per training step
+    phases = [next(k.split("/")[0] for k in m if k.endswith("actor/grad_norm")) for m in seen]
+    assert phases == ["epa", "ecc", "epa", "ecc"]
+    for step in range(2):
+        merged = {**seen[2 * step], **seen[2 * step + 1]}
+        missing = [k for k in SPEC_METRICS if k not in merged]
+        assert not missing, missing
+        assert merged["fbos/optimizer_steps_per_step"] == 2
+        assert merged["fbos/sequences_per_prompt"] == 4 and merged["fbos/sequences_per_prompt_min"] == 4
+
+
+def test_grpo_equal_updates_control_and_update_order(tmp_path, tiny):
+    factory, tok = tiny
+    tr = Trainer(small_config(tmp_path / "g", "steps_per_generation=2", "max_steps=4", "reward_timeout_s=0"),
+                 factory(0), tok, ToyTask())
+    tr.train()
+    assert tr.generation_round == 2  # GRPO control: also 2 optimizer steps per training step
+    tr = Trainer(small_config(tmp_path / "e", *FBOS, "max_steps=2", "fbos.update_order=ecc_first"),
+                 factory(0), tok, ToyTask())
+    seen = []
+    tr.callbacks.append(lambda t, m: seen.append(m))
+    tr.train()
+    assert [next(k.split("/")[0] for k in m if k.endswith("actor/grad_norm")) for m in seen] == ["ecc", "epa"]
+    assert seen[0]["ecc/actor/ratio/max"] == pytest.approx(1.0, abs=1e-4)  # ECC first: at θ_old
