@@ -187,3 +187,30 @@ def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
         assert k in keys, k
     assert sum(h["uec/explore_rollouts"] for h in tr.sampler.history) > 0
     assert any(r.get("uec/replay_fired") for r in rows) and any(k.startswith("replay/actor/") for k in keys)
+
+
+def test_ablation_switches_tempered_is_fresh_ratios_and_remove_after_use(tmp_path, tiny):
+    from rlvr.core.uec import tempered_is_weights
+    from rlvr.trainer.replay import batch_logprobs
+
+    factory, tok = tiny
+    model = factory(0)
+    tr = SimpleNamespace(model=model, pad_token_id=tok.pad_token_id, generation_round=1)
+    cfg, sch = _schedule(tmp_path, "uec.explore_is_correction=tempered_is", "uec.explore_is_max_weight=3.0",
+                         "uec.replay_every=0")
+    b = make_batch([0.5, -0.5, 0.8, 0.9], kinds=["regular", "regular", "explore", "explore"])
+    out = sch.plan(tr, b)
+    rows = torch.cat([x.token_weights for x in out]) if out else None
+    assert rows is not None
+    lp, _ = batch_logprobs(model, b, pad_token_id=tok.pad_token_id)
+    want = tempered_is_weights(lp[2:], b.sampler_logp[2:], b.completion_mask[2:], 3.0)
+    assert torch.equal(b.token_weights[:2], b.completion_mask[:2])  # regular rows: weight 1
+    assert torch.allclose(b.token_weights[2:], want) and (b.token_weights <= 3.0).all()
+    # fresh replay ratios and replayed rows removed after use
+    _, fresh = _schedule(tmp_path, "uec.replay_recompute_old_logprob=true", "uec.replay_remove_after_use=true",
+                         "uec.replay_every=1", "uec.replay_min_size=1")
+    out = fresh.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2], seed=4))
+    rb = [x for x in out if x.meta.get("phase") == "replay"]
+    assert rb and len(fresh.replay) == 0
+    lp, _ = batch_logprobs(model, rb[0], pad_token_id=tok.pad_token_id)
+    assert torch.equal(rb[0].old_logp, lp)

@@ -16,7 +16,7 @@ can reuse it). :class:`UECReplaySchedule` wraps :class:`~rlvr.trainer.schedule.O
 3. **replay**: at generation round ``t`` with ``t mod uec.replay_every == 0`` and at least
    ``uec.replay_min_size`` rows stored, extra optimizer batches (``meta["phase"] = "replay"``, metrics
    logged as ``replay/...``) replay the whole buffer when full, else a random subset of
-   ``⌊|replay|/N_upd⌋·N_upd`` rows; the stored ``old_logp`` and ``Â`` are reused unchanged, so the PPO
+   ``⌊|replay|/N_upd⌋·N_upd`` rows (all rows when ``uec.replay_min_size < N_upd`` makes that 0); the stored ``old_logp`` and ``Â`` are reused unchanged, so the PPO
    clip acts as a "stop consolidating" brake. Replayed rows stay in the buffer unless
    ``uec.replay_remove_after_use``.
 
@@ -403,7 +403,7 @@ class UECReplaySchedule:
         if self.replay.full:
             rb, pos = self.replay.all(), list(range(len(self.replay)))
         else:
-            k = max(1, (len(self.replay) // self.n_upd) * self.n_upd)
+            k = (len(self.replay) // self.n_upd) * self.n_upd or len(self.replay)  # min size < N_upd: all rows
             gen = torch.Generator().manual_seed(self.cfg.seed * 7919 + t)
             rb, pos = self.replay.sample(k, gen)
         if u.replay_recompute_old_logprob:
