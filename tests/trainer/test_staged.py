@@ -97,30 +97,56 @@ def test_optimizer_state_across_stages(tmp_path, tiny, toy_task, reset):
 
 
 def test_replanning_the_same_stage_is_idempotent(tmp_path, tiny, toy_task):
-    """A resumed run re-plans the pending stage: same optimizer batches, no second optimizer reset."""
+    """plan() has no side effects: a resumed run re-plans the pending stage identically, and the
+    stage-entry action rides on the first optimizer batch only."""
     tr = make(tmp_path, tiny, toy_task, "mu_grpo.reset_optimizer_each_stage=true")
-    tr.generation_round = 1
     tr.generate_batch()
     batch, _ = tr.generate_batch()  # stage 1
-    first = tr.schedule.plan(tr, batch)
     tr.optimizer.state["marker"] = {"x": 1}
+    loader = tr.loader.state_dict()
+    first = tr.schedule.plan(tr, batch)
     again = tr.schedule.plan(tr, batch)
-    assert "marker" in tr.optimizer.state
+    assert "marker" in tr.optimizer.state and tr.loader.state_dict() == loader
     assert [ob.group_id.tolist() for ob in first] == [ob.group_id.tolist() for ob in again]
-    state = tr.schedule.state_dict()
-    fresh = SCHEDULES["staged"](tr.cfg)
-    fresh.load_state_dict(state)
-    assert fresh.planned_round == tr.generation_round
+    assert "before_update" in first[0].meta and all("before_update" not in ob.meta for ob in first[1:])
+    first[0].meta["before_update"](tr)
+    assert "marker" not in tr.optimizer.state
 
 
 def test_fresh_shuffle_starts_each_stage_on_a_new_epoch(tmp_path, tiny, toy_task):
-    tr = make(tmp_path, tiny, toy_task, "mu_grpo.stage_prompt_draw=fresh_shuffle")
-    batch, _ = tr.generate_batch()
-    assert (tr.loader.epoch, tr.loader.pos) == (0, MU)
-    tr.schedule.plan(tr, batch)
-    assert (tr.loader.epoch, tr.loader.pos) == (1, 0)
-    tr.schedule.plan(tr, batch)  # re-planning the same stage does not skip another epoch
-    assert (tr.loader.epoch, tr.loader.pos) == (1, 0)
+    tr = make(tmp_path, tiny, toy_task, f"max_steps={2 * MU}", "mu_grpo.stage_prompt_draw=fresh_shuffle")
+    epochs = []
+    tr.callbacks.append(lambda t, m: epochs.append((t.loader.epoch, t.loader.pos)))
+    tr.train()
+    assert epochs == [(1, 0)] * MU + [(2, 0)] * MU
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_resume_in_the_middle_of_a_stage(tmp_path, tiny, toy_task, reset):
+    """Stored stage data (the checkpoint's pending generation batch), not regeneration: a run stopped
+    after the first update of stage 1 and resumed continues exactly like the uninterrupted run."""
+    from rlvr.trainer.checkpoint import load_checkpoint
+
+    factory, tok = tiny
+    common = (*STAGED, f"mu_grpo.reset_optimizer_each_stage={reset}", "save_steps=1")
+    full = Trainer(small_config(tmp_path / "full", *common, f"max_steps={2 * MU}"), factory(0), tok, toy_task)
+    want = []
+    full.callbacks.append(lambda t, m: want.append(m))
+    full.train()
+    part = Trainer(small_config(tmp_path / "part", *common, f"max_steps={MU + 1}"), factory(0), tok, toy_task)
+    part.train()
+    resumed = Trainer(small_config(tmp_path / "part", *common, f"max_steps={2 * MU}"), factory(0), tok, toy_task)
+    load_checkpoint(resumed, tmp_path / "part" / f"checkpoint-{MU + 1}")
+    got = []
+    resumed.callbacks.append(lambda t, m: got.append(m))
+    resumed.train()
+    assert resumed.generation_round == 2  # the stage was not regenerated
+    assert len(got) == MU - 1
+    for a, b in zip(want[MU + 1:], got):
+        for k in ("loss/total", "actor/grad_norm", "staleness/current", "mu_grpo/stage", "reward/mean"):
+            assert a.get(k) == b.get(k), k
+    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q)
 
 
 def test_no_shuffle_keeps_generation_order(tmp_path, tiny, toy_task):

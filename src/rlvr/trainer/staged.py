@@ -18,8 +18,13 @@ update of a stage; ``sampler`` takes the engine's). This schedule adds what is s
   samples from the trained module itself, so each generation phase is one weight sync at no cost).
 
 Stage bookkeeping is a function of the trainer's ``generation_round`` (stage = round − 1 after the
-stage was drawn), so re-planning the same stage after a resume gives the same optimizer batches and
-does not count anything twice.
+stage was drawn) and :meth:`StagedSchedule.plan` has no side effects, so re-planning the same stage
+after a resume gives the same optimizer batches and counts nothing twice. The stage-entry actions
+(optimizer reset, fresh prompt shuffle) ride on the first optimizer batch as
+``meta["before_update"]``, which the trainer runs just before that update, so they happen exactly
+once even when a resumed run re-plans the stage and skips the updates already done. Mid-stage resume stores the stage data in the checkpoint (the pending
+generation batch of :mod:`rlvr.trainer.checkpoint`), it is not regenerated: regenerating would need
+the stage-start weights, which are gone after the stage's first update.
 """
 
 from __future__ import annotations
@@ -69,7 +74,6 @@ class StagedSchedule:
         self.shuffle_groups = shuffle_groups
         self.reset_optimizer_each_stage = reset_optimizer_each_stage
         self.stage_prompt_draw = stage_prompt_draw
-        self.planned_round = 0  # generation_round of the last stage planned (0: none yet)
 
     @property
     def mu(self) -> int:
@@ -83,13 +87,6 @@ class StagedSchedule:
         """
         rnd = int(trainer.generation_round)
         stage = rnd - 1
-        fresh = rnd != self.planned_round  # False when the same stage is re-planned after a resume
-        self.planned_round = rnd
-        if fresh and stage > 0 and self.reset_optimizer_each_stage:
-            trainer.optimizer.state = defaultdict(dict)
-        if fresh and self.stage_prompt_draw == "fresh_shuffle":
-            st = trainer.loader.state_dict()
-            trainer.loader.load_state_dict({**st, "epoch": st["epoch"] + 1, "pos": 0})
         if self.shuffle_groups:
             batches = split_groups(batch, self.steps_per_generation, seed=self.seed * 31 + rnd, passes=self.num_iterations)
         else:
@@ -97,7 +94,7 @@ class StagedSchedule:
         out = []
         for k, ob in enumerate(batches):
             ob.meta = {
-                **ob.meta,
+                **{key: v for key, v in ob.meta.items() if key != "before_update"},
                 "metrics": {
                     "mu_grpo/stage": float(stage),
                     "staleness/current": float(k),
@@ -106,15 +103,26 @@ class StagedSchedule:
                 },
             }
             out.append(ob)
+        if out and (self.reset_optimizer_each_stage and stage > 0 or self.stage_prompt_draw == "fresh_shuffle"):
+            out[0].meta["before_update"] = self._enter_stage
         return out
 
+    def _enter_stage(self, trainer: Any) -> None:
+        """Stage-entry actions, run by the trainer just before the stage's first update (and only then:
+        a run resumed mid-stage skips that update, and its restored optimizer and loader already
+        reflect the entry)."""
+        if self.reset_optimizer_each_stage and trainer.generation_round > 1:
+            trainer.optimizer.state = defaultdict(dict)
+        if self.stage_prompt_draw == "fresh_shuffle":
+            st = trainer.loader.state_dict()
+            trainer.loader.load_state_dict({**st, "epoch": st["epoch"] + 1, "pos": 0})
+
     def state_dict(self) -> dict[str, Any]:
-        """``{"planned_round"}``: which stage was planned last (so a resumed stage is not re-entered)."""
-        return {"planned_round": self.planned_round}
+        """Empty: everything the schedule needs is the trainer's ``generation_round`` and seed."""
+        return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.planned_round = int(state.get("planned_round", 0))
+        """Nothing to restore (see :meth:`state_dict`)."""
 
 
 def _split_in_order(batch: RolloutBatch, num_batches: int) -> list[RolloutBatch]:

@@ -264,6 +264,8 @@ class Trainer:
     # ----------------------------------------------------------------------------- updates
     def _update(self, opt_batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
+        if "before_update" in opt_batch.meta:  # a schedule's entry action (e.g. optimizer reset at a stage start);
+            opt_batch.meta["before_update"](self)  # runs once: a resumed run skips the updates already done
         t = time.perf_counter()
         self.model.train()
         settings = opt_batch.meta.get("loss_settings", self.settings)
