@@ -135,6 +135,7 @@ class UECConfig(_Strict):
     replay_recompute_old_logprob: bool = False
     replay_remove_after_use: bool = False
     probe_rows: int = Field(32, ge=0)
+    token_diagnostics: bool = False
 
 
 class IBTPOConfig(_Strict):

@@ -214,3 +214,14 @@ def test_ablation_switches_tempered_is_fresh_ratios_and_remove_after_use(tmp_pat
     assert rb and len(fresh.replay) == 0
     lp, _ = batch_logprobs(model, rb[0], pad_token_id=tok.pad_token_id)
     assert torch.equal(rb[0].old_logp, lp)
+
+
+def test_token_diagnostics_per_kind(tmp_path, tiny):
+    factory, tok = tiny
+    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    _, sch = _schedule(tmp_path, "uec.token_diagnostics=true", "uec.replay_every=0")
+    out = sch.plan(tr, make_batch([0.5, -0.5, 0.8, 0.9], kinds=["regular", "regular", "explore", "explore"]))
+    m = out[0].meta["update_metrics"]
+    for kind in ("regular", "explore"):
+        assert 0 <= m[f"uec/low_prob_positive_frac/{kind}"] <= 1
+        assert m[f"uec/nll_entropy_proxy/{kind}"] > 0 and m[f"uec/token_entropy/{kind}"] > 0

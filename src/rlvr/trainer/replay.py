@@ -302,8 +302,10 @@ class UECReplaySchedule:
     Every optimizer batch it returns carries its metrics in ``meta["update_metrics"]`` (logged with that
     update): ``uec/pending_size``, ``uec/update_skipped``, ``uec/replay_size``, ``uec/replay_admitted``,
     ``uec/replay_fired``, ``uec/entropy_before_replay`` / ``uec/entropy_after_replay`` (mean token entropy
-    of a fixed probe of ``uec.probe_rows`` replayed rows, just before the replay update and at the next
-    step, after it), ``uec/low_prob_positive_frac/replay``.
+    of a fixed probe of ``uec.probe_rows`` replayed rows, measured when the replay is planned — before
+    that step's updates — and at the next step, after them), ``uec/low_prob_positive_frac/replay``; with
+    ``uec.token_diagnostics`` also ``uec/low_prob_positive_frac/{regular,explore}``,
+    ``uec/nll_entropy_proxy/{regular,explore}`` and ``uec/token_entropy/{regular,explore}`` of the trained rows.
 
     Source: specs/uec_rl.md §2.4, §2.5, §2.7, §4.
     """
@@ -345,6 +347,25 @@ class UECReplaySchedule:
             w[rows, : wt.shape[1]] = wt
         batch.token_weights = w
 
+    def _token_diagnostics(self, trainer: Any, trained: RolloutBatch) -> dict[str, float]:
+        """``uec.token_diagnostics``: one no-grad forward over the rows about to be trained giving, per kind
+        (regular / explore), the share of positive-advantage tokens with ``π(a) < exp(−H)`` and the NLL
+        entropy proxy ``−mean log π(sampled token)`` (spec §4)."""
+        logp, ent = self._lp(trainer, trained, with_entropy=True)
+        assert ent is not None
+        exp = _is_explore(trained)
+        out: dict[str, float] = {}
+        for kind, rows in (("regular", ~exp), ("explore", exp)):
+            if not bool(rows.any()):
+                continue
+            idx = rows.nonzero(as_tuple=True)[0]
+            mask = trained.completion_mask[idx]
+            out[f"uec/low_prob_positive_frac/{kind}"] = low_prob_positive_fraction(
+                logp[idx], ent[idx], trained.advantages[idx], mask)
+            out[f"uec/nll_entropy_proxy/{kind}"] = float(-(logp[idx] * mask).sum() / mask.sum().clamp(min=1))
+            out[f"uec/token_entropy/{kind}"] = float((ent[idx] * mask).sum() / mask.sum().clamp(min=1))
+        return out
+
     def _admit(self, trainer: Any, trained: RolloutBatch) -> int:
         u = self.cfg.uec
         mask = replay_admission_mask(trained.advantages, u.replay_admission, u.replay_adv_threshold)
@@ -384,6 +405,8 @@ class UECReplaySchedule:
         out: list[RolloutBatch] = []
         admitted = 0
         if trained is not None and len(trained):
+            if u.token_diagnostics:
+                m.update(self._token_diagnostics(trainer, trained))
             admitted = self._admit(trainer, trained)
             n_batches = self.inner.steps_per_generation * max(1, len(trained) // self.n_upd)
             out = split_groups(trained, n_batches, seed=self.cfg.seed * 31 + t, passes=self.inner.num_iterations)
