@@ -194,8 +194,10 @@ class FeedbackSampler:
         adv_kwargs: ``scale_rewards``, ``adv_eps``, ``std_unbiased`` of the core GRPO estimator.
         max_prompt_length: the run's prompt cap, used for the default FAP cap.
 
+    ``fbos.feedback_level=gt_hint`` is accepted with a ``UserWarning`` (it leaks the label).
+
     Raises:
-        ValueError: ``fbos.feedback_level=gt_hint`` is allowed but warns (label leakage).
+        ImportError / AttributeError: ``fbos.feedback_fn`` names a module or function that does not exist.
     """
 
     def __init__(

@@ -151,7 +151,9 @@ class AlternatingViews:
         cfg, f = self.cfg, self.fbos
         kinds = batch.context_kind or [KIND_ORIGINAL] * len(batch)
         old, ent = self.prepass(trainer, batch)
-        batch.old_logp = old
+        if not (batch.meta.get("fbos_old_logp") and batch.old_logp is not None):
+            batch.old_logp = old  # a re-planned (resumed) batch keeps the π_old of its first planning
+            batch.meta["fbos_old_logp"] = True
         epa_idx = [i for i, k in enumerate(kinds) if is_epa_kind(k)]
         ecc_idx = [i for i, k in enumerate(kinds) if k == KIND_FEEDBACK]
         epa_settings = dataclasses.replace(trainer.settings, policy_loss="fbos_epa")
@@ -193,7 +195,8 @@ class AlternatingViews:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """No state: each generation batch is planned on its own."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Nothing to restore (see :meth:`state_dict`)."""
