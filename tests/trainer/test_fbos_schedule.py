@@ -94,6 +94,10 @@ def test_rescued_prompt_gives_epa_gradient_and_none_without_fap_rollouts(tmp_pat
     assert (epa.meta["phase"], ecc.meta["phase"]) == ("epa", "ecc")
     g, m = grads_of(tr, epa)
     assert g.abs().sum() > 0 and m["actor/grad_norm"] > 0
+    only_z = epa.select([i for i, k in enumerate(epa.context_kind) if k != KIND_ORIGINAL])
+    only_z.meta = dict(epa.meta)
+    gz, _ = grads_of(tr, only_z)  # the feedback-guided rows alone: gradient through log π_θ(z | x)
+    assert gz.abs().sum() > 0
     # control: the same prompt without its feedback-guided rollouts → zero-variance group → zero gradient
     keep = [i for i, k in enumerate(epa.context_kind) if k == KIND_ORIGINAL]
     ctrl = epa.select(keep)
