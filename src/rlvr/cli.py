@@ -50,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--seeds", help="comma-separated run seeds, e.g. 0,1,2")
     cp.add_argument("--budget", help="steps=N, rollouts=N or tokens=N (the same for every arm)")
     cp.add_argument("--out", help="comparison folder (finished runs in it are skipped)")
-    cp.add_argument("--base", action="append", default=[], metavar="FILE", help="config applied before every arm")
+    cp.add_argument("--base", action="append", default=[], metavar="FILE", help="config applied before every arm's recipes")
+    cp.add_argument("--common", action="append", default=[], metavar="FILE",
+                    help="config applied after every arm's recipes (e.g. testbed); repeatable")
     cp.add_argument("--report-only", action="store_true", help="only re-render report.md and the plots")
+    cp.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
     return parser
 
@@ -188,12 +191,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.out:
         spec.output_dir = args.out
     spec.base_configs += args.base
+    spec.common_configs += args.common
     spec.common += args.overrides
     spec.__post_init__()
     if args.report_only:
         path = write_report(spec.output_dir, arms=[a.name for a in spec.arms], seeds=spec.seeds, budget=spec.budget)
     else:
-        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True))
+        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs)
         path = Path(spec.output_dir) / "report.md"
     print(f"rlvr: wrote {path}")
     return 0

@@ -40,7 +40,7 @@ class ModelConfig(_Strict):
 class TaskConfig(_Strict):
     """Where prompts come from and how completions are verified (``rlvr.tasks``)."""
 
-    type: Literal["reasoning_gym", "jsonl", "hf_dataset"] = "reasoning_gym"
+    type: Literal["reasoning_gym", "jsonl", "hf_dataset", "testbed"] = "reasoning_gym"
     name: str = "chain_sum"
     config: dict[str, Any] = Field(default_factory=dict)
     path: str | None = None

@@ -65,6 +65,10 @@ def validate_task_config(cfg: TaskConfig) -> None:
             value = getattr(cfg, key)
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"task.{key}: file {value!r} not found")
+    elif cfg.type == "testbed":
+        from rlvr.testbed.task import testbed_task_from_config
+
+        testbed_task_from_config(cfg)  # cheap: validates levels and ops, generates nothing
     elif cfg.type == "hf_dataset":
         if importlib.util.find_spec("datasets") is None:
             raise ConfigError("task.type=hf_dataset needs the Hugging Face `datasets` package: pip install datasets")
@@ -93,6 +97,13 @@ def build_task(cfg: TaskConfig) -> Task:
     validate_task_config(cfg)
     common = dict(system_prompt=cfg.system_prompt, correct_threshold=cfg.correct_threshold,
                   feedback_hint=cfg.feedback_hint)
+    if cfg.type == "testbed":
+        from rlvr.testbed.task import testbed_task_from_config
+
+        task = testbed_task_from_config(cfg)
+        if cfg.reward_fn:
+            task = RewardFnTask(task, cfg.reward_fn, correct_threshold=cfg.correct_threshold)
+        return task
     if cfg.type != "reasoning_gym" and cfg.config:
         warnings.warn(f"task.config is used only by task.type=reasoning_gym; ignored for {cfg.type}", stacklevel=2)
     task: Task

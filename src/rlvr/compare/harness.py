@@ -1,0 +1,497 @@
+"""``rlvr compare``: run several arms (recipe + overrides) × seeds under one equal budget, then report.
+
+Layout of a comparison folder ``OUT``::
+
+    OUT/compare.yaml                 the resolved comparison spec (written once)
+    OUT/<arm>/seed<k>/               one run: metrics.jsonl, curve.jsonl, config.yaml, result.json
+    OUT/report.md, OUT/summary.json  the table (mean ± std over seeds)
+    OUT/reward_curves.png, OUT/diagnostics.png
+
+A run is finished when its ``result.json`` exists (written atomically, last); re-running the same
+comparison skips finished runs and starts unfinished ones afresh, so an interrupted comparison
+resumes where it stopped at run granularity.
+
+Budget (the same for every arm, ``Budget``): ``steps`` optimizer updates, ``rollouts`` sampled
+completions, or ``tokens`` generated completion tokens. Rollouts and tokens are counted at the
+sampler, so rows that dynamic sampling (DAPO) or extra exploration (UEC-RL) generate and then
+drop still count: every arm pays for all it generates. A draw that would exceed a rollout budget is
+refused before generation; a draw that pushes the token count over a token budget is discarded
+before any update uses it; either ends the run (:class:`BudgetExhausted`).
+
+Source: interpretation of issue 8 (no paper); the fairness rule "count every generated rollout"
+follows DAPO §3.2, whose dynamic sampling trades extra generation for full batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import yaml
+
+from rlvr.errors import ConfigError, RlvrError
+
+BudgetKind = Literal["steps", "rollouts", "tokens"]
+
+
+class BudgetExhausted(RlvrError):
+    """Raised inside a run when its next step would exceed the comparison budget (ends the run)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every arm may spend: ``kind`` ∈ {steps, rollouts, tokens} and the amount (≥ 1).
+
+    Raises:
+        ConfigError: unknown kind or a non-positive amount.
+    """
+
+    kind: BudgetKind
+    amount: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("steps", "rollouts", "tokens"):
+            raise ConfigError(f"compare budget kind must be steps, rollouts or tokens, got {self.kind!r}")
+        if int(self.amount) < 1:
+            raise ConfigError(f"compare budget {self.kind} must be ≥ 1, got {self.amount}")
+
+    @staticmethod
+    def parse(value: str | dict[str, Any]) -> "Budget":
+        """``"rollouts=2048"`` or ``{"rollouts": 2048}`` → ``Budget``.
+
+        Raises:
+            ConfigError: malformed text or more than one kind.
+        """
+        if isinstance(value, str):
+            if "=" not in value:
+                raise ConfigError(f"compare budget {value!r} must look like steps=N, rollouts=N or tokens=N")
+            k, _, v = value.partition("=")
+            value = {k.strip(): v.strip()}
+        if not isinstance(value, dict) or len(value) != 1:
+            raise ConfigError(f"compare budget must name exactly one of steps/rollouts/tokens, got {value!r}")
+        (k, v), = value.items()
+        try:
+            return Budget(k, int(float(v)))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"compare budget {k}: expected an integer, got {v!r}") from None
+
+
+@dataclass
+class Arm:
+    """One algorithm under comparison: a name, config files/recipes, and ``key=value`` overrides."""
+
+    name: str
+    configs: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def parse(text: str) -> "Arm":
+        """``"grpo"``, ``"hi=dapo"``, ``"mix=grpo+my.yaml epsilon=0.3 beta=0.01"`` → ``Arm``.
+
+        The first word is ``NAME=RECIPES`` (or just ``RECIPE``, which is then also the name); recipes
+        are joined by ``+``; the other words are overrides.
+
+        Raises:
+            ConfigError: empty text or an invalid name.
+        """
+        words = text.split()
+        if not words:
+            raise ConfigError("compare --arm needs at least a recipe name")
+        head, rest = words[0], words[1:]
+        name, _, recipes = head.partition("=") if "=" in head else (head, "", head)
+        return Arm(_check_name(name), [r for r in recipes.split("+") if r], rest)
+
+
+def _check_name(name: str) -> str:
+    if not name or any(c in name for c in "/\\ ") or name.startswith("."):
+        raise ConfigError(f"compare arm name {name!r} must be a plain folder name")
+    return name
+
+
+@dataclass
+class CompareSpec:
+    """A whole comparison.
+
+    Attributes:
+        arms: the arms (distinct names).
+        seeds: run seeds (each arm runs once per seed; ``seed=<k>`` is set on the run config).
+        budget: the equal budget.
+        output_dir: the comparison folder.
+        base_configs: config files/recipes applied before each arm's own.
+        common_configs: config files/recipes applied after each arm's own (e.g. the ``testbed``
+            recipe: model, task, batch geometry and learning rate shared by every arm).
+        common: overrides applied to every arm after its recipes (task, model, batch geometry,
+            learning rate: whatever must be equal across arms), before the arm's own overrides.
+        eval_num_samples, eval_ks, eval_limit: held-out evaluation after each run (pass@k over
+            ``eval_limit`` problems of the eval split with ``eval_num_samples`` samples each).
+        max_steps_cap: safety cap on optimizer steps for rollout/token budgets.
+    """
+
+    arms: list[Arm]
+    seeds: list[int]
+    budget: Budget
+    output_dir: str = "runs/compare"
+    base_configs: list[str] = field(default_factory=list)
+    common_configs: list[str] = field(default_factory=list)
+    common: list[str] = field(default_factory=list)
+    eval_num_samples: int = 8
+    eval_ks: list[int] = field(default_factory=lambda: [1, 8])
+    eval_limit: int | None = 64
+    max_steps_cap: int = 100_000
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.arms]
+        if not names:
+            raise ConfigError("compare needs at least one arm")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"compare arm names must be distinct, got {names}")
+        if not self.seeds:
+            raise ConfigError("compare needs at least one seed")
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "CompareSpec":
+        """Build from a mapping (a ``compare.yaml``); arms are strings (see :meth:`Arm.parse`) or
+        mappings ``{name, config: [..], overrides: [..]}``.
+
+        Raises:
+            ConfigError: unknown keys or bad values.
+        """
+        known = {"arms", "seeds", "budget", "output_dir", "base_configs", "common_configs", "common", "eval",
+                 "max_steps_cap"}
+        bad = set(d) - known
+        if bad:
+            raise ConfigError(f"compare spec: unknown keys {sorted(bad)}; valid: {sorted(known)}")
+        arms = []
+        for a in d.get("arms") or []:
+            if isinstance(a, str):
+                arms.append(Arm.parse(a))
+            elif isinstance(a, dict):
+                cfgs = a.get("config", a.get("configs", []))
+                arms.append(Arm(_check_name(str(a["name"])), [cfgs] if isinstance(cfgs, str) else list(cfgs),
+                                [str(o) for o in a.get("overrides", [])]))
+            else:
+                raise ConfigError(f"compare spec: an arm must be a string or a mapping, got {a!r}")
+        ev = d.get("eval") or {}
+        if "budget" not in d:
+            raise ConfigError("compare spec: budget is required (steps=N, rollouts=N or tokens=N)")
+        return CompareSpec(
+            arms=arms, seeds=[int(s) for s in d.get("seeds", [0])], budget=Budget.parse(d["budget"]),
+            output_dir=str(d.get("output_dir", "runs/compare")), base_configs=list(d.get("base_configs", [])),
+            common_configs=list(d.get("common_configs", [])),
+            common=[str(o) for o in d.get("common", [])], eval_num_samples=int(ev.get("num_samples", 8)),
+            eval_ks=[int(k) for k in ev.get("ks", [1, 8])], eval_limit=ev.get("limit", 64),
+            max_steps_cap=int(d.get("max_steps_cap", 100_000)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The inverse of :meth:`from_dict` (YAML-serialisable)."""
+        return {
+            "output_dir": self.output_dir, "seeds": self.seeds, "budget": {self.budget.kind: self.budget.amount},
+            "base_configs": self.base_configs, "common_configs": self.common_configs, "common": self.common,
+            "arms": [{"name": a.name, "config": a.configs, "overrides": a.overrides} for a in self.arms],
+            "eval": {"num_samples": self.eval_num_samples, "ks": self.eval_ks, "limit": self.eval_limit},
+            "max_steps_cap": self.max_steps_cap,
+        }
+
+    def run_config(self, arm: Arm, seed: int, run_dir: Path):
+        """The validated :class:`~rlvr.config.RLConfig` of one run.
+
+        Order: ``base_configs``, arm configs, ``common_configs``, then ``common`` overrides, the arm's overrides, and
+        finally ``seed``, ``logging.output_dir`` and (for a step budget) ``max_steps``.
+
+        Raises:
+            ConfigError: any invalid key or value (names the arm).
+        """
+        from rlvr.config import build_config
+        from rlvr.trainer.components import validate_components
+
+        steps = self.budget.amount if self.budget.kind == "steps" else self.max_steps_cap
+        tail = [f"seed={seed}", f"logging.output_dir={run_dir}", f"max_steps={steps}", "save_steps=0"]
+        try:
+            cfg = build_config(self.base_configs + arm.configs + self.common_configs, self.common + arm.overrides + tail)
+            validate_components(cfg)
+        except ConfigError as exc:
+            raise ConfigError(f"compare arm {arm.name!r}: {exc}") from None
+        return cfg
+
+
+class BudgetMeter:
+    """Wraps a sampler: counts rollouts and generated tokens at the source and enforces the budget.
+
+    Args:
+        sampler: the trainer's sampler (anything with ``sample(problems, G, params, **kw)``).
+        budget: the comparison budget.
+
+    ``rollouts``/``tokens`` count only draws that were kept (a discarded over-budget draw is not
+    counted). Other attributes are forwarded to the wrapped sampler.
+    """
+
+    def __init__(self, sampler: Any, budget: Budget) -> None:
+        self._inner = sampler
+        self.budget = budget
+        self.rollouts = 0
+        self.tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def sample(self, problems: Sequence[Any], num_generations: int, params: Any, **kw: Any):
+        """Draw through the wrapped sampler; raise :class:`BudgetExhausted` instead of overspending."""
+        b = self.budget
+        if b.kind == "rollouts" and self.rollouts + len(problems) * num_generations > b.amount:
+            raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used)")
+        batch = self._inner.sample(problems, num_generations, params, **kw)
+        n, toks = len(batch), int(batch.completion_mask.sum())
+        if b.kind == "rollouts" and self.rollouts + n > b.amount:
+            raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used, draw of {n} refused)")
+        if b.kind == "tokens" and self.tokens + toks > b.amount:
+            raise BudgetExhausted(f"token budget {b.amount} reached ({self.tokens} used, draw of {toks} discarded)")
+        self.rollouts += n
+        self.tokens += toks
+        return batch
+
+
+CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", "actor/entropy", "actor/grad_norm",
+              "actor/clip_ratio/region", "completions/mean_length", "staleness/mean")
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,
+            task_factory: Callable[[Any], Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one arm × seed to its budget, evaluate it, and write ``result.json`` (last, atomically).
+
+    Args:
+        model_factory: ``cfg -> (model, tokenizer)``; default :func:`rlvr.models.load_policy` on
+            ``cfg.model`` (tests pass the tiny in-process model).
+        task_factory: ``cfg -> Task``; default :func:`rlvr.tasks.build_task` on ``cfg.task``.
+
+    Returns:
+        the result dict (also written to ``OUT/<arm>/seed<k>/result.json``).
+
+    Raises:
+        ConfigError: invalid run configuration; other errors of the run propagate.
+    """
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.trainer.trainer import Trainer
+
+    run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
+    cfg = spec.run_config(arm, seed, run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished run: start it afresh
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    if model_factory is None:
+        from rlvr.models import load_policy
+
+        model, tok = load_policy(cfg.model)
+    else:
+        model, tok = model_factory(cfg)
+    if task_factory is None:
+        from rlvr.tasks import build_task
+
+        task = build_task(cfg.task)
+    else:
+        task = task_factory(cfg)
+    trainer = Trainer(cfg, model, tok, task)
+    meter = BudgetMeter(trainer.sampler, spec.budget)
+    trainer.sampler = meter
+    curve_path = run_dir / "curve.jsonl"
+    t0 = time.perf_counter()
+    curve_f = open(curve_path, "w")
+
+    def record(tr: Any, m: dict[str, float]) -> None:
+        row = {"step": tr.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
+               "wall_s": round(time.perf_counter() - t0, 3)}
+        row.update({k: m[k] for k in CURVE_KEYS if k in m and m[k] is not None and math.isfinite(m[k])})
+        curve_f.write(json.dumps(row) + "\n")
+        curve_f.flush()
+
+    trainer.callbacks.append(record)
+    stop = "max_steps"
+    try:
+        trainer.train()
+    except BudgetExhausted as exc:
+        stop = f"budget: {exc}"
+    finally:
+        curve_f.close()
+    wall = time.perf_counter() - t0
+    log(f"compare: {arm.name} seed {seed}: {trainer.global_step} steps, {meter.rollouts} rollouts, "
+        f"{meter.tokens} tokens, {wall:.1f} s ({stop})")
+    ev = evaluate(
+        trainer.model, tok, task, num_samples=spec.eval_num_samples, ks=spec.eval_ks, temperature=cfg.eval.temperature,
+        top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
+        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, 64 // spec.eval_num_samples), seed=10_007,
+        limit=spec.eval_limit,
+    )
+    curve = read_curve(run_dir)
+    result = {
+        "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
+        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop,
+        **curve_summary(curve),
+        **{f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)},
+    }
+    _atomic_json(run_dir / "result.json", result)
+    return result
+
+
+def read_curve(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``curve.jsonl`` (a torn last line is skipped)."""
+    rows = []
+    p = Path(run_dir) / "curve.jsonl"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def smooth(ys: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points (``[n] -> [n]``)."""
+    out, acc = [], []
+    for y in ys:
+        acc.append(y)
+        if len(acc) > window:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def curve_summary(curve: list[dict[str, Any]]) -> dict[str, float]:
+    """Final/best training reward and final entropy / mean grad norm of one run.
+
+    ``reward/final``: mean ``reward/mean`` over the last ``w`` logged generation rounds, with
+    ``w = max(1, min(5, n // 4))``; ``reward/best``: the maximum of the ``w``-point moving average;
+    ``entropy/final``: mean ``actor/entropy`` (nats/token) over the last ``w`` steps;
+    ``grad_norm/mean``: mean pre-clip gradient norm over the run. NaN where nothing was logged.
+    """
+    out: dict[str, float] = {}
+
+    def col(k: str) -> list[float]:
+        return [float(r[k]) for r in curve if k in r]
+
+    for key, name in (("reward/mean", "reward"), ("reward/pass_rate", "pass_rate")):
+        ys = col(key)
+        if ys:
+            w = max(1, min(5, len(ys) // 4))
+            out[f"{name}/final"] = sum(ys[-w:]) / w
+            out[f"{name}/best"] = max(smooth(ys, w))
+        else:
+            out[f"{name}/final"] = out[f"{name}/best"] = math.nan
+    ent = col("actor/entropy")
+    w = max(1, min(5, len(ent) // 4)) if ent else 1
+    out["entropy/final"] = sum(ent[-w:]) / w if ent else math.nan
+    g = col("actor/grad_norm")
+    out["grad_norm/mean"] = sum(g) / len(g) if g else math.nan
+    z = col("reward/frac_zero_std_groups")
+    out["zero_std_groups/mean"] = sum(z) / len(z) if z else math.nan
+    return out
+
+
+def _run_in_worker(spec: CompareSpec, arm: Arm, seed: int, threads: int) -> dict[str, Any] | None:
+    import torch
+
+    torch.set_num_threads(threads)
+    return _guarded(spec, arm, seed, None, None, lambda m: print(m, flush=True))
+
+
+def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory, log) -> dict[str, Any] | None:
+    """:func:`run_one`, but a run that crashes writes ``error.txt`` and yields None (the others go on)."""
+    import traceback
+
+    try:
+        return run_one(spec, arm, seed, model_factory=model_factory, task_factory=task_factory, log=log)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failing arm must not lose the comparison
+        run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        log(f"compare: {arm.name} seed {seed}: FAILED ({type(exc).__name__}: {exc}); see {run_dir / 'error.txt'}")
+        return None
+
+
+def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log: Callable[[str], None] = print,
+                report: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
+    """Run every arm × seed not finished yet (finished = ``result.json`` exists), then write the report.
+
+    Every run config is validated before the first run starts, so a typo in the last arm fails at
+    once. Runs go arm by arm, seed by seed; with ``jobs > 1`` that many runs go at once, each in its
+    own (spawned) process with one torch thread (factories are then not allowed: each worker loads
+    the model from ``cfg.model``). Wall times of parallel runs share the CPU: compare them only
+    between runs of the same comparison.
+
+    Raises:
+        ValueError: ``jobs > 1`` together with a model or task factory.
+
+    A run that raises (other than a configuration error) leaves ``error.txt`` in its folder, is left
+    out of the results and the report, and is retried on the next invocation.
+
+    Returns:
+        all results (finished earlier or now), in arm × seed order.
+
+    Raises:
+        ConfigError: an invalid arm configuration, or an existing ``compare.yaml`` in the output
+            folder that differs from ``spec`` (finished runs would not be comparable).
+    """
+    out = Path(spec.output_dir)
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            spec.run_config(arm, seed, out / arm.name / f"seed{seed}")
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "compare.yaml"
+    now = spec.to_dict()
+    if saved.exists():
+        old = yaml.safe_load(saved.read_text()) or {}
+        keep = ("budget", "base_configs", "common_configs", "common", "eval", "max_steps_cap")
+        diff = [k for k in keep if old.get(k) != now.get(k)]
+        old_arms = {a["name"]: a for a in old.get("arms", [])}
+        diff += [f"arm {a['name']}" for a in now["arms"] if a["name"] in old_arms and old_arms[a["name"]] != a]
+        if diff:
+            raise ConfigError(f"{saved} was written for a different comparison ({', '.join(diff)}); "
+                              "use another output_dir or delete it")
+        merged = dict(now)
+        merged["arms"] = list(old_arms.values()) + [a for a in now["arms"] if a["name"] not in old_arms]
+        merged["seeds"] = sorted(set(old.get("seeds", [])) | set(spec.seeds))
+        now = merged
+    saved.write_text(yaml.safe_dump(now, sort_keys=False))
+    if jobs > 1 and (model_factory is not None or task_factory is not None):
+        raise ValueError("run_compare: jobs > 1 loads models in worker processes; factories are not supported")
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    todo = []
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            res_path = out / arm.name / f"seed{seed}" / "result.json"
+            if res_path.exists():
+                log(f"compare: {arm.name} seed {seed}: finished earlier, skipped")
+                results[(arm.name, seed)] = json.loads(res_path.read_text())
+            else:
+                todo.append((arm, seed))
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {(a.name, s): pool.submit(_run_in_worker, spec, a, s, 1) for a, s in todo}
+            for key, fut in futures.items():
+                results[key] = fut.result()
+    else:
+        for arm, seed in todo:
+            results[(arm.name, seed)] = _guarded(spec, arm, seed, model_factory, task_factory, log)
+    if report:
+        from rlvr.compare.report import write_report
+
+        write_report(out, arms=[a.name for a in spec.arms], seeds=spec.seeds, budget=spec.budget)
+    return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]

@@ -1,0 +1,259 @@
+"""The testbed policy: a character-level tokenizer and a small llama, pre-trained in-process.
+
+``ensure_testbed_model("testbed:small")`` returns a Hugging Face folder (safetensors + tokenizer +
+chat template) under ``~/.cache/rlvr/testbed/``, pre-training it first if it is not cached.
+``rlvr.models.load_policy`` routes ``model.name_or_path=testbed[:preset[:seed]]`` here, so the
+trainer, engine and evaluator see an ordinary ``LlamaForCausalLM``.
+
+Pre-training is next-token prediction on the answer (and EOS) of synthetic
+:mod:`rlvr.testbed.task` examples at levels ``1..max_level``, with per-letter label noise: each
+answer letter is replaced by a random letter with probability ``noise``. The noise leaves the
+policy a spread-out sampling distribution (room for RL to sharpen it, and entropy to collapse);
+levels above ``max_level`` are never seen, so their pass rate is ~0 (zero-pass groups).
+
+Source: interpretation of issue 8 ("a tiny transformer (a few million parameters) that rlvr
+pre-trains in-process for about a minute on a synthetic task family with controllable
+difficulty, cached after the first build").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.testbed.task import ALPHABET, OPS, make_example
+
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHARS = ALPHABET + "".join(OPS) + ":= "
+CHAT_TEMPLATE = (
+    "{{ '<|im_start|>' }}"
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '=' }}{% endif %}"
+)
+"""Renders only the user turn (``<|im_start|>R:abc``) then ``=``: the system turn is dropped, which
+keeps character-level prompts short (interpretation: the testbed task's answer format needs no
+instruction; its ``system_prompt`` is empty)."""
+CACHE_ROOT = Path("~/.cache/rlvr/testbed")
+
+
+@dataclass(frozen=True)
+class TestbedSpec:
+    """Architecture and pre-training recipe of a testbed model.
+
+    Attributes:
+        hidden_size, num_layers, num_heads, intermediate_size: ``LlamaConfig`` sizes.
+        steps: pre-training optimizer steps; batch_size: sequences per step.
+        learning_rate: AdamW peak rate (linear warm-up over 5 % of steps, cosine decay to 10 %).
+        max_level: longest string seen in pre-training (levels 1..max_level uniformly).
+        ops: op codes of the pre-training mixture.
+        noise: per-letter probability of replacing an answer letter by a random letter.
+        seed: seed of the weight init and of the data stream.
+    """
+
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 256
+    steps: int = 500
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    max_level: int = 8
+    ops: str = "RC"
+    noise: float = 0.08
+    seed: int = 0
+
+    __test__ = False
+
+    def key(self) -> str:
+        """Short stable hash of every field (the cache folder name depends on it)."""
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+
+PRESETS: dict[str, TestbedSpec] = {
+    "small": TestbedSpec(),
+    "micro": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
+                         max_level=4),
+}
+"""Named specs: ``small`` (~0.8 M parameters, ~1 min of pre-training on 2 cores) and ``micro`` (tests)."""
+
+
+def parse_spec(name: str) -> tuple[str, TestbedSpec]:
+    """``"testbed"`` / ``"testbed:<preset>"`` / ``"testbed:<preset>:<seed>"`` → ``(preset, spec)``.
+
+    Raises:
+        ValueError: not a testbed name, unknown preset, or a non-integer seed.
+    """
+    parts = name.split(":")
+    if parts[0] != "testbed" or len(parts) > 3:
+        raise ValueError(f"not a testbed model name: {name!r} (use testbed, testbed:<preset> or testbed:<preset>:<seed>)")
+    preset = parts[1] if len(parts) > 1 and parts[1] else "small"
+    if preset not in PRESETS:
+        raise ValueError(f"unknown testbed preset {preset!r}; known: {', '.join(PRESETS)}")
+    spec = PRESETS[preset]
+    if len(parts) == 3:
+        try:
+            spec = dataclasses.replace(spec, seed=int(parts[2]))
+        except ValueError:
+            raise ValueError(f"testbed seed must be an integer, got {parts[2]!r} in {name!r}") from None
+    return preset, spec
+
+
+def build_tokenizer() -> Any:
+    """Character-level ``PreTrainedTokenizerFast``: one token per character of :data:`CHARS`, plus
+    ``<|endoftext|>`` (0, unk), ``<|im_start|>`` (1, bos), ``<|im_end|>`` (2, eos and pad); decoding
+    joins characters without spaces. Deterministic; no file, no training."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(CHARS))}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
+    tk.add_special_tokens(list(SPECIALS))
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def build_model(spec: TestbedSpec, tok: Any) -> Any:
+    """A randomly initialised ``LlamaForCausalLM`` of ``spec``'s size (init seeded by ``spec.seed``;
+    the global RNG state is restored afterwards)."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_heads,
+        max_position_embeddings=128, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(spec.seed)
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.set_rng_state(state)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    return model
+
+
+def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids [B, L], labels [B, L])``: labels are -100 except on the answer letters and EOS."""
+    rows, labels = [], []
+    for _ in range(spec.batch_size):
+        q, a = make_example(rng, rng.randint(1, spec.max_level), spec.ops)
+        a = "".join(rng.choice(ALPHABET) if rng.random() < spec.noise else c for c in a)
+        prompt = tok(f"<|im_start|>{q}=", add_special_tokens=False)["input_ids"]
+        ans = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rows.append(prompt + ans)
+        labels.append([-100] * len(prompt) + ans)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        ids[i, : len(r)] = torch.tensor(r)
+        lab[i, : len(l)] = torch.tensor(l)
+    return ids, lab
+
+
+def pretrain(spec: TestbedSpec, *, log_every: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+    """Pre-train a testbed model from scratch (deterministic for ``spec``: same spec, same weights).
+
+    Returns:
+        ``(model, tokenizer, info)``; ``info`` has ``final_loss`` (mean next-token cross-entropy in
+        nats over the last 10 % of steps), ``seconds``, ``num_parameters`` and the spec.
+    """
+    tok = build_tokenizer()
+    model = build_model(spec, tok)
+    model.train()
+    rng = random.Random(spec.seed * 7919 + 17)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, spec.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        p = (step - warm) / max(1, spec.steps - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    t0 = time.perf_counter()
+    losses = []
+    for step in range(spec.steps):
+        ids, lab = _batch(rng, spec, tok)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(out.loss.detach()))
+        if log_every and (step + 1) % log_every == 0:
+            print(f"testbed pretrain step {step + 1}/{spec.steps} loss {sum(losses[-log_every:]) / log_every:.3f}", flush=True)
+    model.eval()
+    tail = losses[-max(1, spec.steps // 10):]
+    info = {
+        "spec": dataclasses.asdict(spec),
+        "final_loss": sum(tail) / len(tail),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return model, tok, info
+
+
+def testbed_cache_dir(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Folder a testbed model is cached in: ``<root>/<preset>-seed<k>-<hash>`` (not created)."""
+    preset, spec = parse_spec(name)
+    root = Path(cache_dir).expanduser() if cache_dir else CACHE_ROOT.expanduser()
+    return root / f"{preset}-seed{spec.seed}-{spec.key()}"
+
+
+def ensure_testbed_model(name: str = "testbed", cache_dir: str | os.PathLike | None = None, *,
+                         log_every: int = 0) -> Path:
+    """Return the cached folder of testbed model ``name``, pre-training and saving it on first use.
+
+    The folder is written under a temporary name and renamed into place (atomic; a concurrent
+    build that wins the race is used). It holds ``model.safetensors``, the tokenizer with its chat
+    template, and ``testbed.json`` (spec, final loss, build time).
+
+    Raises:
+        ValueError: see :func:`parse_spec`.
+    """
+    target = testbed_cache_dir(name, cache_dir)
+    if (target / "config.json").is_file():
+        return target
+    _, spec = parse_spec(name)
+    model, tok, info = pretrain(spec, log_every=log_every)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "testbed.json").write_text(json.dumps(info, indent=2) + "\n")
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

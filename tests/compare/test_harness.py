@@ -1,0 +1,145 @@
+"""rlvr compare: two arms × two seeds on the tiny model, equal budgets, resume, report, CLI parsing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import ToyTask
+from rlvr.compare.harness import Arm, Budget, BudgetExhausted, BudgetMeter, CompareSpec, curve_summary, run_compare
+from rlvr.compare.report import mean_spread
+from rlvr.errors import ConfigError
+
+COMMON = [
+    "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=8", "max_completion_length=5",
+    "max_prompt_length=64", "learning_rate=1e-3", "logging.progress=false", "logging.tensorboard=false",
+    "logging.log_completions_steps=0", "dynamic_sampling.max_num_gen_batches=2",
+]
+
+
+def _factories(tiny):
+    factory, tok = tiny
+    return (lambda cfg: (factory(0), tok)), (lambda cfg: ToyTask())
+
+
+def _spec(tmp_path, budget, arms=("grpo", "drgrpo=dr_grpo"), seeds=(0, 1)):
+    return CompareSpec(arms=[Arm.parse(a) for a in arms], seeds=list(seeds), budget=Budget.parse(budget),
+                       output_dir=str(tmp_path / "cmp"), common=list(COMMON), eval_num_samples=2, eval_ks=[1, 2],
+                       eval_limit=4)
+
+
+def test_two_arms_two_seeds_table_plots_and_resume(tmp_path, tiny):
+    mf, tf = _factories(tiny)
+    t0 = time.perf_counter()
+    spec = _spec(tmp_path, "rollouts=16")
+    results = run_compare(spec, model_factory=mf, task_factory=tf, log=lambda m: None)
+    assert time.perf_counter() - t0 < 120
+    assert [(r["arm"], r["seed"]) for r in results] == [("grpo", 0), ("grpo", 1), ("drgrpo", 0), ("drgrpo", 1)]
+    for r in results:
+        assert r["rollouts"] == 16 and r["steps"] == 2  # 2 rounds of 8; equal budget for both arms
+        assert 0.0 <= r["eval/pass@1"] <= r["eval/pass@2"] <= 1.0
+    out = tmp_path / "cmp"
+    report = (out / "report.md").read_text()
+    assert "| grpo | 2 |" in report and "| drgrpo | 2 |" in report and "±" in report
+    assert "held-out pass@2" in report
+    for png in ("reward_curves.png", "diagnostics.png"):
+        assert (out / png).stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    m, s = summary["arms"]["grpo"]["steps"]
+    assert (m, s) == (2.0, 0.0)
+    # the two seeds of one arm differ (different rollouts)
+    c0 = (out / "grpo/seed0/curve.jsonl").read_text()
+    c1 = (out / "grpo/seed1/curve.jsonl").read_text()
+    assert c0 != c1
+
+    # resume: finished runs are skipped; a removed result is re-run, the others are untouched
+    (out / "drgrpo/seed1/result.json").unlink()
+    before = (out / "grpo/seed0/result.json").stat().st_mtime_ns
+    logs = []
+    run_compare(spec, model_factory=mf, task_factory=tf, log=logs.append)
+    assert sum("skipped" in m for m in logs) == 3
+    assert any(m.startswith("compare: drgrpo seed 1:") and "skipped" not in m for m in logs)
+    assert (out / "grpo/seed0/result.json").stat().st_mtime_ns == before
+    assert (out / "drgrpo/seed1/result.json").exists()
+
+
+@pytest.mark.parametrize("budget,check", [
+    ("steps=3", lambda r: r["steps"] == 3),
+    # DAPO's dynamic sampling may spend two draws on one step: both count, so steps may differ
+    ("rollouts=20", lambda r: 12 < r["rollouts"] <= 20 and r["rollouts"] % 8 == 0 and r["stop"].startswith("budget")),
+    ("tokens=60", lambda r: 0 < r["tokens"] <= 60 and r["stop"].startswith("budget")),
+])
+def test_budget_is_enforced_for_every_arm(tmp_path, tiny, budget, check):
+    mf, tf = _factories(tiny)
+    spec = _spec(tmp_path, budget, arms=("grpo", "dapo overlong_buffer_len=4"), seeds=(0,))
+    results = run_compare(spec, model_factory=mf, task_factory=tf, log=lambda m: None, report=False)
+    for r in results:
+        assert check(r), r
+
+
+def test_meter_refuses_a_draw_that_would_exceed_the_budget():
+    class Fake:
+        calls = 0
+
+        def sample(self, problems, g, params, **kw):
+            import torch
+
+            from rlvr.types import RolloutBatch
+
+            Fake.calls += 1
+            n = len(problems) * g
+            z = torch.zeros(n, dtype=torch.long)
+            return RolloutBatch([[1]] * n, torch.zeros(n, 3, dtype=torch.long), torch.ones(n, 3), z, z,
+                                z.bool(), z.float(), z.float(), z)
+
+    meter = BudgetMeter(Fake(), Budget("rollouts", 10))
+    meter.sample([0, 1], 4, None)
+    assert (meter.rollouts, meter.tokens) == (8, 24)
+    with pytest.raises(BudgetExhausted):
+        meter.sample([0], 4, None)
+    assert Fake.calls == 1  # refused before generating
+    tok = BudgetMeter(Fake(), Budget("tokens", 30))
+    tok.sample([0], 4, None)
+    tok.sample([0], 4, None)  # 12 tokens per draw: 24 ≤ 30
+    with pytest.raises(BudgetExhausted):
+        tok.sample([0], 4, None)  # 36 > 30: generated, then discarded
+    assert tok.tokens == 24
+
+
+def test_parsing_and_validation(tmp_path):
+    a = Arm.parse("hi=dapo+grpo epsilon_high=0.3 beta=0.01")
+    assert (a.name, a.configs, a.overrides) == ("hi", ["dapo", "grpo"], ["epsilon_high=0.3", "beta=0.01"])
+    assert Arm.parse("grpo").configs == ["grpo"]
+    assert Budget.parse("tokens=1e4") == Budget("tokens", 10000)
+    for bad in ("steps", "walltime=3", "steps=0"):
+        with pytest.raises(ConfigError):
+            Budget.parse(bad)
+    with pytest.raises(ConfigError, match="distinct"):
+        CompareSpec(arms=[Arm.parse("grpo"), Arm.parse("grpo")], seeds=[0], budget=Budget("steps", 1))
+    spec = CompareSpec.from_dict({"arms": ["grpo", {"name": "x", "config": "dapo", "overrides": ["beta=0.1"]}],
+                                  "seeds": [0, 1], "budget": {"steps": 5}, "common": COMMON})
+    assert CompareSpec.from_dict(spec.to_dict()).to_dict() == spec.to_dict()
+    with pytest.raises(ConfigError, match="arm 'bad'"):
+        CompareSpec(arms=[Arm.parse("bad=grpo learning_rte=1")], seeds=[0], budget=Budget("steps", 1),
+                    output_dir=str(tmp_path)).run_config(Arm.parse("bad=grpo learning_rte=1"), 0, tmp_path)
+
+
+def test_summary_statistics_by_hand():
+    assert mean_spread([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    assert mean_spread([4.0]) == (4.0, 0.0)
+    curve = [{"reward/mean": v, "actor/entropy": 1.0, "actor/grad_norm": 2.0} for v in (0.0, 0.2, 0.4, 0.6, 0.2, 0.2, 0.2, 0.2)]
+    s = curve_summary(curve)
+    # n = 8 → window w = 2: final = mean(0.2, 0.2); best = max of 2-point moving average = (0.4 + 0.6) / 2
+    assert s["reward/final"] == pytest.approx(0.2)
+    assert s["reward/best"] == pytest.approx(0.5)
+    assert s["entropy/final"] == 1.0 and s["grad_norm/mean"] == 2.0
+
+
+def test_cli_compare_requires_budget_and_reports(tmp_path, capsys):
+    from rlvr.cli import main
+
+    assert main(["compare", "--arm", "grpo", "--out", str(tmp_path / "c")]) == 2
+    assert main(["compare", "--arm", "grpo", "--budget", "steps=2", "--out", str(tmp_path / "c"), "--report-only"]) == 0
+    assert (tmp_path / "c" / "report.md").exists()
