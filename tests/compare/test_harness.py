@@ -15,7 +15,7 @@ from rlvr.errors import ConfigError
 COMMON = [
     "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=8", "max_completion_length=5",
     "max_prompt_length=64", "learning_rate=1e-3", "logging.progress=false", "logging.tensorboard=false",
-    "logging.log_completions_steps=0", "dynamic_sampling.max_num_gen_batches=2",
+    "logging.log_completions_steps=0", "dynamic_sampling.max_num_gen_batches=2", "reward_timeout_s=0",
 ]
 
 
