@@ -208,7 +208,7 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ TRL
-def bench_trl(args: argparse.Namespace) -> dict[str, Any]:
+def bench_trl(args: argparse.Namespace, partial: Any = None) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -239,6 +239,8 @@ def bench_trl(args: argparse.Namespace) -> dict[str, Any]:
         def on_step_end(self, a, state, control, **kw):
             times.append(time.perf_counter() - self.t)
             print(f"TRL step {state.global_step}: {times[-1]:.1f} s", flush=True)
+            if partial is not None:
+                partial({"step_s": list(times), "partial": True})
 
     targs = GRPOConfig(
         output_dir=str(out_dir), max_steps=args.trl_steps, per_device_train_batch_size=8,
@@ -270,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer and print the ratio")
     p.add_argument("--trl-steps", type=int, default=2)
     p.add_argument("--trl-first", action="store_true", help="run TRL before rlvr")
+    p.add_argument("--rlvr-json", help="take the rlvr results from this earlier output instead of running rlvr "
+                   "(lets rlvr and TRL run as two separate ≤ 12-minute heavy runs)")
     p.add_argument("--profile", action="store_true", help="torch.profiler over the rlvr steps (top ops)")
     p.add_argument("--run-dir", default="runs/bench_step")
     p.add_argument("--out", default=str(RESULTS))
@@ -296,12 +300,20 @@ def main(argv: list[str] | None = None) -> int:
                     "threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
         "matmul_gflop_per_s": mm,
     }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     order = ["trl", "rlvr"] if args.trl_first else ["rlvr", "trl"]
     for which in order:
         if which == "rlvr":
-            result["rlvr"] = bench_rlvr(args, mm["best"])
+            if args.rlvr_json:
+                prev = json.loads(Path(args.rlvr_json).read_text())
+                result["rlvr"] = prev["rlvr"]
+                result["rlvr_from"] = {"file": args.rlvr_json, "matmul_gflop_per_s": prev.get("matmul_gflop_per_s")}
+            else:
+                result["rlvr"] = bench_rlvr(args, mm["best"])
         elif args.trl:
-            result["trl"] = bench_trl(args)
+            result["trl"] = bench_trl(args, partial=lambda r: out.write_text(json.dumps({**result, "trl": r}, indent=2, default=str)))
+        out.write_text(json.dumps(result, indent=2, default=str))  # partial results survive a timeout
     mm_after = matmul_gflops(hidden, inter)
     result["matmul_gflop_per_s_after"] = mm_after
     steps = result["rlvr"]["steps"]
@@ -320,8 +332,6 @@ def main(argv: list[str] | None = None) -> int:
         result["ratio_rlvr_over_trl"] = med["step_s"] / trl_med
         print(f"TRL GRPOTrainer median step {trl_med:.1f} s over {len(result['trl']['step_s'])} steps; "
               f"rlvr/TRL = {result['ratio_rlvr_over_trl']:.2f}x (target <= 0.4x)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")
     return 0
