@@ -115,7 +115,13 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=560, help="seconds for the whole script (caps phases)")
     ap.add_argument("--eval_problems", type=int, default=8)
     ap.add_argument("--n_eval", type=int, default=16)
+    ap.add_argument("--latest_start_utc", default="14:30", help="refuse to start a heavy run after this time")
     args = ap.parse_args()
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M")
+    if not args.tiny and now >= args.latest_start_utc:
+        raise SystemExit(f"it is {now} UTC, after --latest_start_utc {args.latest_start_utc}: not starting")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
