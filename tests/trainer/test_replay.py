@@ -154,9 +154,8 @@ def test_schedule_state_roundtrip_through_safetensors_and_json(tmp_path, tiny):
         assert torch.equal(b1.advantages, b2.advantages) and torch.equal(b1.completion_ids, b2.completion_ids)
 
 
-def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
-    from conftest import ToyTask
-    from rlvr.trainer.trainer import Trainer
+def _half_hard_task():
+    from rlvr.testing import ToyTask
 
     class HalfHard(ToyTask):
         """Odd problems are hard (pass only on lengths ≡ 0 mod 5); even ones pass on even lengths."""
@@ -168,16 +167,25 @@ def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
             ok = len(completion) % 5 == 0 if i % 2 else len(completion) % 2 == 0
             return Verdict(score=float(ok), correct=ok)
 
-    factory, tok = tiny
-    cfg = build_config(
+    return HalfHard()
+
+
+def _uec_cfg(out, *extra):
+    return build_config(
         ["uec_rl"], [
             "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=8",
             "max_completion_length=6", "max_prompt_length=64", "max_steps=5", "learning_rate=1e-3",
-            f"logging.output_dir={tmp_path}", "logging.progress=false", "uec.explore_num_generations=6",
-            "uec.update_size=4", "uec.replay_every=2", "uec.replay_adv_threshold=0.5",
-            "uec.drop_truncated_positive=false", "uec.replay_min_size=1",
+            f"logging.output_dir={out}", "logging.progress=false", "logging.tensorboard=false",
+            "uec.explore_num_generations=6", "uec.update_size=4", "uec.replay_every=2",
+            "uec.replay_adv_threshold=0.5", "uec.drop_truncated_positive=false", "uec.replay_min_size=1", *extra,
         ])
-    tr = Trainer(cfg, factory(0), tok, HalfHard())
+
+
+def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
+    from rlvr.trainer.trainer import Trainer
+
+    factory, tok = tiny
+    tr = Trainer(_uec_cfg(tmp_path), factory(0), tok, _half_hard_task())
     tr.train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[-1]["step"] == 5
@@ -225,3 +233,34 @@ def test_token_diagnostics_per_kind(tmp_path, tiny):
     for kind in ("regular", "explore"):
         assert 0 <= m[f"uec/low_prob_positive_frac/{kind}"] <= 1
         assert m[f"uec/nll_entropy_proxy/{kind}"] > 0 and m[f"uec/token_entropy/{kind}"] > 0
+
+
+def test_resume_restores_buffers_and_continues_identically(tmp_path, tiny):
+    from rlvr.trainer.checkpoint import load_checkpoint
+    from rlvr.trainer.trainer import Trainer
+
+    factory, tok = tiny
+    ref = Trainer(_uec_cfg(tmp_path / "ref", "save_steps=2"), factory(0), tok, _half_hard_task())
+    seen_ref = []
+    ref.callbacks.append(lambda t, m: seen_ref.append(dict(m)))
+    ref.train()
+    assert len(ref.schedule.replay) > 0  # the buffer that must survive the checkpoint is not empty
+    res = Trainer(_uec_cfg(tmp_path / "ref", "save_steps=2"), factory(0), tok, _half_hard_task())
+    load_checkpoint(res, tmp_path / "ref" / "checkpoint-2")
+    seen = []
+    res.callbacks.append(lambda t, m: seen.append(dict(m)))
+    res.train()
+    assert len(seen) == 3
+    assert any(k.startswith("replay/") for m in seen for k in m)  # a replay update ran after the resume
+    for a, b in zip(seen_ref[2:], seen):
+        for k in ("loss/total", "actor/grad_norm"):
+            key = next(x for x in a if x.endswith(k))
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+    for buf_a, buf_b in ((ref.schedule.replay, res.schedule.replay), (ref.schedule.pending, res.schedule.pending)):
+        assert buf_a.seq == buf_b.seq
+        if buf_a.data is not None:
+            assert torch.equal(buf_a.data.advantages, buf_b.data.advantages)
+            assert torch.equal(buf_a.data.old_logp if buf_a.data.old_logp is not None else torch.zeros(0),
+                               buf_b.data.old_logp if buf_b.data.old_logp is not None else torch.zeros(0))
+    for p, q in zip(ref.model.parameters(), res.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
