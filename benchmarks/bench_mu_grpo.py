@@ -121,10 +121,13 @@ def wallclock(args: argparse.Namespace) -> dict[str, Any]:
     }
     _warm_up(args)
     results = {}
+    partial = Path(args.out) / "wallclock_partial.json"
     for name in args.order.split(","):
         print(f"[wallclock] arm {name} ...", flush=True)
         results[name] = run_arm(args, name, arms[name])
         _print_arm(results[name])
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "steps"} for k, v in results.items()}))
     s, o = results["staged"], results["on_policy"]
     summary = {
         "mode": "wallclock", "model": args.model, "updates": U, "prompts_per_update": b, "num_generations": G,
@@ -212,7 +215,8 @@ def stability(args: argparse.Namespace) -> dict[str, Any]:
         evals[name] = []
 
         def on_step(tr, row, name=name):
-            if tr.global_step % args.eval_every == 0 and time.perf_counter() - t_start < args.budget_s:
+            due = tr.global_step % args.eval_every == 0 or tr.global_step == args.mu
+            if due and time.perf_counter() - t_start < args.budget_s:
                 r = eval_reward(tr)
                 evals[name].append((tr.global_step, r))
                 row["eval/reward"] = r
@@ -227,6 +231,8 @@ def stability(args: argparse.Namespace) -> dict[str, Any]:
 
         results[name] = run_arm(args, name, ov, trainer_hook=hook, on_step=on_step)
         _print_stability(results[name], evals[name])
+        partial = Path(args.out) / "stability_partial.json"
+        partial.write_text(json.dumps({n: {"steps": r["steps"], "eval": evals.get(n, [])} for n, r in results.items()}))
     keys = ("mu_grpo/ratio_neg_mean", "mu_grpo/ratio_pos_mean", "mu_grpo/veto_response_rate",
             "mu_grpo/veto_token_frac", "actor/clip_ratio/region", "actor/ratio/min", "actor/grad_norm")
     curves = {n: {k: [(s["step"], s.get(k)) for s in r["steps"]] for k in keys} for n, r in results.items()}
@@ -287,8 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gens", type=int, default=8)
     p.add_argument("--max-new", type=int, default=48)
     p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--eval-every", type=int, default=6)
-    p.add_argument("--eval-prompts", type=int, default=12)
+    p.add_argument("--eval-every", type=int, default=12)
+    p.add_argument("--eval-prompts", type=int, default=8)
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=480.0, help="stability: stop starting arms/evals after this")
     p.add_argument("--override", action="append", default=[], help="extra key=value config overrides")
