@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 import pytest
+
+from rlvr.testing import ToyTask  # noqa: F401 (re-exported for fixtures)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -24,43 +25,19 @@ def tiny():
     return make, tok
 
 
-@dataclass
-class ToyTask:
-    """A task whose verifier is cheap and gives within-group variance even for a random model:
-    score 1 when the completion has an even number of characters (a stand-in for correctness)."""
-
-    name: str = "toy"
-    system_prompt: str = "Answer with a number."
-    n: int = 16
-    fail_on: set = field(default_factory=set)
-
-    def problems(self, split):
-        from rlvr.tasks.base import Problem
-
-        off = 0 if split == "train" else 1000
-        return [Problem(uid=f"{split}-{i}", question=f"{i + off} + 1 =", answer=str(i + off + 1)) for i in range(self.n)]
-
-    def verify(self, problem, completion):
-        from rlvr.tasks.base import Verdict
-
-        if problem.uid in self.fail_on:
-            raise RuntimeError("boom")
-        ok = len(completion) % 2 == 0
-        return Verdict(score=float(ok), correct=ok, feedback=None if ok else "odd length")
-
-
 @pytest.fixture
 def toy_task():
+    """A fresh :class:`rlvr.testing.ToyTask`."""
     return ToyTask()
 
 
-def small_config(tmp_path, *overrides):
-    """A config sized for a few-second CPU run on the tiny model."""
-    from rlvr.config import build_config
+@pytest.fixture(autouse=True, scope="session")
+def _single_torch_thread():
+    """Tiny models run fastest on one intra-op thread; on 2-core machines a second OpenMP thread mostly
+    waits for a core (a 0.3 s test was seen taking 16 s under load). Restored afterwards."""
+    import torch
 
-    base = [
-        "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=4",
-        "max_completion_length=8", "max_prompt_length=64", "max_steps=2", "learning_rate=1e-3",
-        f"logging.output_dir={tmp_path}", "logging.progress=false", "logging.log_completions_steps=1",
-    ]
-    return build_config(overrides=base + list(overrides))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

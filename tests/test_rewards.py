@@ -15,50 +15,10 @@ from rlvr.tasks.base import Problem, Verdict
 from rlvr.types import RolloutBatch
 
 
-# Local copies of tests/conftest.py's ToyTask and small_config: ``from conftest import ...`` resolves to
-# whichever conftest module was imported last (tests/engines/conftest.py shadows the root one in a
-# full-suite run), and worker processes must be able to unpickle this module's tasks.
-@dataclass
-class ToyTask:
-    """Score 1 when the completion has an even number of characters (as tests/conftest.py's ToyTask)."""
-
-    name: str = "toy"
-    system_prompt: str = "Answer with a number."
-    n: int = 16
-
-    def problems(self, split):
-        from rlvr.tasks.base import Problem
-
-        off = 0 if split == "train" else 1000
-        return [Problem(uid=f"{split}-{i}", question=f"{i + off} + 1 =", answer=str(i + off + 1)) for i in range(self.n)]
-
-    def verify(self, problem, completion):
-        from rlvr.tasks.base import Verdict
-
-        ok = len(completion) % 2 == 0
-        return Verdict(score=float(ok), correct=ok, feedback=None if ok else "odd length")
+from rlvr.testing import ToyTask, small_config  # noqa: E402
 
 
-def small_config(tmp_path, *overrides):
-    """A config sized for a few-second CPU run on the tiny model (as tests/conftest.py's)."""
-    from rlvr.config import build_config
 
-    base = [
-        "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=4",
-        "max_completion_length=8", "max_prompt_length=64", "max_steps=2", "learning_rate=1e-3",
-        f"logging.output_dir={tmp_path}", "logging.progress=false", "logging.log_completions_steps=1",
-    ]
-    return build_config(overrides=base + list(overrides))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on the shared 2-core machine, oversubscribed OpenMP threads make the tiny
-    model ~9x slower (measured 8.7 s vs 0.9 s for 5 steps under load)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @dataclass

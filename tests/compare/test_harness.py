@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ToyTask
+from rlvr.testing import ToyTask
 from rlvr.compare.harness import Arm, Budget, BudgetExhausted, BudgetMeter, CompareSpec, curve_summary, run_compare
 from rlvr.compare.report import mean_spread
 from rlvr.errors import ConfigError

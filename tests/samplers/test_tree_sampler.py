@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import small_config
+from rlvr.testing import small_config
 from rlvr.config import IBTPOConfig
 from rlvr.core import tree as T
 from rlvr.samplers.tree import IBTreeSampler, PromptTree, TokenTexts, segment_steps

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import ToyTask, small_config
+from rlvr.testing import ToyTask, small_config
 from rlvr.core.fbos import view_advantages
 from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, build_fap_text
 from rlvr.tasks.base import Problem, Verdict

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import small_config
+from rlvr.testing import small_config
 from rlvr.trainer.components import MASKS, validate_components
 from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.staged import StagedSchedule

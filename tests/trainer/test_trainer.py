@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import small_config
+from rlvr.testing import small_config
 from rlvr.trainer.forward import build_inputs, completion_logprobs
 from rlvr.trainer.trainer import Trainer
 from rlvr.trainer.update import micro_batches, policy_update
@@ -126,7 +126,7 @@ def test_beta_zero_has_no_reference_model(tmp_path, tiny, toy_task):
 
 
 def test_dynamic_sampling_trains_exactly_p_informative_groups(tmp_path, tiny):
-    from conftest import ToyTask
+    from rlvr.testing import ToyTask
 
     class HalfConstant(ToyTask):
         def verify(self, problem, completion):
@@ -149,7 +149,7 @@ def test_dynamic_sampling_trains_exactly_p_informative_groups(tmp_path, tiny):
 
 
 def test_reward_fn_exception_scores_zero_and_counts(tmp_path, tiny):
-    from conftest import ToyTask
+    from rlvr.testing import ToyTask
 
     task = ToyTask(fail_on={f"train-{i}" for i in range(16)})
     tr = make_trainer(tmp_path, tiny, task, "max_steps=1")

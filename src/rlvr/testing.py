@@ -1,0 +1,61 @@
+"""Test utilities: a cheap synthetic task and a tiny-run config, for rlvr's tests and for users'.
+
+Everything here is offline and fast; pair it with :func:`rlvr.models.build_tiny_model`. Module-level
+classes only, so worker processes (reward timeouts) can unpickle them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.tasks.base import Problem, Verdict
+
+
+@dataclass
+class ToyTask:
+    """A task whose verifier is cheap and gives within-group variance even for a random model.
+
+    A completion "passes" when it has an even number of characters (a stand-in for correctness).
+    Problems are ``"<i> + 1 ="``; train uids are ``train-<i>``, eval uids ``eval-<i>``.
+
+    Args:
+        n: problems per split.
+        fail_on: problem uids whose verification raises ``RuntimeError`` (to test robustness).
+    """
+
+    name: str = "toy"
+    system_prompt: str = "Answer with a number."
+    n: int = 16
+    fail_on: set = field(default_factory=set)
+
+    def problems(self, split: str) -> list[Problem]:
+        """``n`` problems of ``split`` (``"train"`` or ``"eval"``, disjoint)."""
+        off = 0 if split == "train" else 1000
+        return [Problem(uid=f"{split}-{i}", question=f"{i + off} + 1 =", answer=str(i + off + 1)) for i in range(self.n)]
+
+    def verify(self, problem: Problem, completion: str) -> Verdict:
+        """Score 1 for an even-length completion, else 0 with feedback.
+
+        Raises:
+            RuntimeError: ``problem.uid`` is in ``fail_on``.
+        """
+        if problem.uid in self.fail_on:
+            raise RuntimeError("boom")
+        ok = len(completion) % 2 == 0
+        return Verdict(score=float(ok), correct=ok, feedback=None if ok else "odd length")
+
+
+def small_config(output_dir: str | Path, *overrides: str) -> Any:
+    """An :class:`rlvr.config.RLConfig` sized for a few-second CPU run on the tiny model:
+    2 prompts × 4 completions, 8 new tokens, 2 steps, lr 1e-3, no progress bar.
+    Later ``overrides`` (``key=value``) win."""
+    from rlvr.config import build_config
+
+    base = [
+        "num_generations=4", "generation_batch_size=8", "per_device_train_batch_size=4",
+        "max_completion_length=8", "max_prompt_length=64", "max_steps=2", "learning_rate=1e-3",
+        f"logging.output_dir={output_dir}", "logging.progress=false", "logging.log_completions_steps=1",
+    ]
+    return build_config(overrides=base + list(overrides))
