@@ -167,6 +167,16 @@ class VerifierPool:
         """Stop every worker (idempotent)."""
         _stop_workers(self._workers)
 
+    def start(self) -> None:
+        """Launch any missing worker now without waiting for it: its start-up (fork, loading the task)
+        then overlaps with whatever the caller does next (e.g. the first generation round)."""
+        for j, w in enumerate(self._workers):
+            if w is None or not w["proc"].is_alive():
+                if w is not None:
+                    self._kill(j)
+                    self.restarts -= 1  # a dead idle worker being replaced is not a timeout restart
+                self._start(j)
+
     def run(self, items: Sequence[tuple[int, Any, str]]) -> dict[int, tuple[float, bool, str | None, tuple[str, str] | None]]:
         """Score ``items`` (``(idx, problem, text)``) in the workers.
 
@@ -287,6 +297,9 @@ class Scorer:
                     stacklevel=2,
                 )
                 self._use_pool = False
+        if self._use_pool:
+            self._pool = VerifierPool(task, self.num_workers, self.timeout_s)
+            self._pool.start()  # workers load the task while the first rollouts are generated
 
     def close(self) -> None:
         """Stop the worker processes, if any (a later :meth:`score` restarts them)."""
