@@ -85,6 +85,10 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
             "flat_reward": float(fb.rewards.mean()), "flat_truncated": float(fb.is_truncated.float().mean()),
             "flat_mean_len": float(fb.completion_lengths.float().mean()),
         }
+        rows.append(row)
+        out["part1"] = {"rows": rows}
+        save(args, out)
+        print(json.dumps({k: v for k, v in row.items()}), flush=True)
         for name, ov in variants.items():
             tcfg = build_config(overrides=base + ov)
             sampler = IBTreeSampler(
@@ -103,16 +107,16 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
                 f"{name}_prefill": m["ib/tokens_prefill"], f"{name}_nodes_per_tree": sum(steps) / len(steps),
                 f"{name}_eff_rate_prompt": m["ib/eff_rate_prompt"], f"{name}_ib_score": m["ib/score_mean"],
             })
-            if rep == 0 and name == "tree_paragraph":
-                row["example_path"] = tb.texts[0][:600]
-        rows.append(row)
-        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "example_path"}), flush=True)
+            if rep == 0:
+                row[f"{name}_example_path"] = tb.texts[0][:600]
+            save(args, out)
+            print(json.dumps({k: v for k, v in row.items() if k.startswith(name) and "example" not in k}), flush=True)
     summ = {}
     ft = sum(r["flat_traj"] for r in rows)
     ftok = sum(r["flat_tokens"] for r in rows)
     fs = sum(r["flat_s"] for r in rows)
     summ["flat"] = {"traj_per_1k_tokens": 1000 * ft / ftok, "s_per_traj": fs / ft, "traj": ft, "tokens": ftok, "s": fs}
-    for name in variants:
+    for name in [v for v in variants if all(f"{v}_traj" in r for r in rows)]:
         tt = sum(r[f"{name}_traj"] for r in rows)
         ttok = sum(r[f"{name}_tokens"] for r in rows)
         ts = sum(r[f"{name}_s"] for r in rows)
@@ -121,6 +125,7 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
             "traj_ratio_vs_flat_per_token": (tt / ttok) / (ft / ftok), "s_per_traj_ratio_vs_flat": (ts / tt) / (fs / ft),
         }
     out["part1"] = {"rows": rows, "summary": summ}
+    save(args, out)
     print("\n| sampler | trajectories | decode tokens | traj / 1k tok | ratio vs flat | s / traj |")
     print("|---|---|---|---|---|---|")
     for name, s in summ.items():
