@@ -251,3 +251,28 @@ def test_resume_refuses_changed_config_or_data_naming_it_and_force_overrides(tmp
     assert _resume_target(cfg, "force") == ck
     with pytest.raises(ConfigError, match="not an rlvr checkpoint"):
         _resume_target(cfg, str(tmp_path))
+
+
+def test_dynamic_sampling_carry_and_schedule_state_survive_a_checkpoint(tmp_path, tiny):
+    from rlvr.rollout_io import batches_equal
+    from rlvr.trainer.checkpoint import save_checkpoint
+
+    ds = ["dynamic_sampling.enable=true", "dynamic_sampling.keep_excess=true", "generation_batch_size=8"]
+    tr = _trainer(tmp_path / "a", tiny, *ds)
+    carry = []
+    for _ in range(4):  # rounds until some informative groups are left over
+        tr.generate_batch()
+        carry = tr._carry
+        if carry and len(carry[0]):
+            break
+    if not carry or not len(carry[0]):
+        pytest.skip("no excess groups were drawn with this seed")
+    tr.schedule.state_dict = lambda: {"seen": 3, "tensors": {"buf": torch.arange(4.0)}}
+    save_checkpoint(tr, tmp_path / "ck")
+    tr2 = _trainer(tmp_path / "b", tiny, *ds)
+    got = {}
+    tr2.schedule.load_state_dict = lambda s: got.update(s)
+    load_checkpoint(tr2, tmp_path / "ck")
+    assert len(tr2._carry) == len(carry) and all(batches_equal(a, b) for a, b in zip(carry, tr2._carry))
+    assert got["seen"] == 3 and torch.equal(got["tensors"]["buf"], torch.arange(4.0))
+    assert tr2.generation_round == tr.generation_round and tr2.loader.state_dict() == tr.loader.state_dict()
