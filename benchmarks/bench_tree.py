@@ -172,6 +172,71 @@ def part2(args, model_name: str, base: list[str], out: dict, deadline: float) ->
         print(arm, json.dumps(hist), flush=True)
 
 
+def synthetic(out: dict, seeds: int = 5) -> None:
+    """Spec §7.1 / §2.5 in simulation: an engine whose every path is 20 equal-cost steps (80 tokens),
+    G = 16, a budget of 16 full chains per tree; leaves per tree for several branch rules and M."""
+    import random as _random
+    from types import SimpleNamespace
+
+    from rlvr.config import IBTPOConfig
+    from rlvr.tasks.base import Problem
+    from rlvr.types import Generation
+
+    class Engine:
+        def __init__(self, seed):
+            self.rng = _random.Random(seed)
+
+        def generate(self, requests, params):
+            res = []
+            for r in requests:
+                n = 80 - (len(r.context_ids) - 5)
+                res.append([Generation([self.rng.randrange(10, 99) for _ in range(n - 1)] + [2],
+                                       [-self.rng.random() * 2] * n, "eos") for _ in range(r.n)])
+            return res
+
+    class Coin:
+        task = SimpleNamespace(name="coin")
+
+        def __init__(self, seed):
+            self.rng = _random.Random(seed)
+
+        def score(self, b):
+            ok = [self.rng.random() < 0.5 for _ in range(len(b))]
+            b.rewards, b.correct = torch.tensor(ok, dtype=torch.float32), torch.tensor(ok)
+            b.texts, b.feedback = [""] * len(b), [None] * len(b)
+            return SimpleNamespace(errors=0)
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    probs = [Problem(uid=f"p{i}", question="q", answer="1") for i in range(16)]
+    rows = {}
+    for label, kw in {
+        "random, M=8": {"branch_score": "random"},
+        "ib, M=8": {"branch_score": "ib"},
+        "entropy, M=8": {"branch_score": "entropy"},
+        "random, M=4": {"branch_score": "random", "num_initial_chains": 4, "leaf_target_factor": 2.0},
+        "random, M=12": {"branch_score": "random", "num_initial_chains": 12, "leaf_target_factor": 2.0},
+    }.items():
+        leaves = []
+        for seed in range(seeds):
+            ib = IBTPOConfig(step_split="fixed", fixed_step_tokens=4, min_remaining_tokens=4, branches_per_round=4,
+                             **kw)
+            smp = IBTreeSampler(Engine(seed), lambda p: [100] * 5, Coin(seed), Tok(), 0, ib, 80,
+                                token_budget=16 * 80, seed=seed)
+            trees = smp.grow(probs, 16, SamplingParams(max_new_tokens=80, seed=seed))
+            leaves += [len(t.leaves) for t in trees]
+        M = kw.get("num_initial_chains", 8)
+        rows[label] = {"leaves_per_tree": sum(leaves) / len(leaves), "ratio_vs_flat": sum(leaves) / len(leaves) / 16,
+                       "predicted_2G_minus_M": 32 - M}
+    out["synthetic"] = rows
+    print("\n| synthetic (20 equal steps, G=16, budget 16 chains) | leaves/tree | vs flat | 2G-M |")
+    print("|---|---|---|---|")
+    for k, r in rows.items():
+        print(f"| {k} | {r['leaves_per_tree']:.1f} | {r['ratio_vs_flat']:.2f} | {r['predicted_2G_minus_M']} |")
+
+
 def plot(result_json: str, png: str) -> None:
     """Part-2 curves (reward, prompt-level Eff-Rate, entropy, IB-Score per step) as one PNG."""
     import matplotlib
@@ -224,10 +289,16 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--time-limit", type=float, default=570.0, help="part 2 stops after this many seconds in all")
     ap.add_argument("--out", default="runs/bench_tree/result.json")
+    ap.add_argument("--synthetic", action="store_true", help="only the no-model equal-cost simulation (seconds)")
     ap.add_argument("--plot", default=None, help="only plot part 2 of an existing --out JSON into this PNG")
     args = ap.parse_args(argv)
     if args.plot:
         plot(args.out, args.plot)
+        return 0
+    if args.synthetic:
+        out = {"synthetic_note": "no model: equal-cost engine, coin-flip rewards"}
+        synthetic(out)
+        save(args, out)
         return 0
     t0 = time.perf_counter()
     torch.manual_seed(0)
