@@ -54,5 +54,44 @@ def main(src: str, dst: str) -> None:
     fig.savefig(dst, dpi=110)
 
 
+def table(src: str) -> str:
+    """Markdown tables of the summary: per training step of each arm, the evals and the diagnostic."""
+    s = json.load(open(src))
+    lines = ["| arm | step | pass rate (x) | FAP success | rescued | zero-var groups (before → after) | "
+             "entropy (x) | grad norm | s/step |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, arm in s["arms"].items():
+        if not isinstance(arm, dict):
+            lines.append(f"| {name} | {arm} |||||||")
+            continue
+        for i, r in enumerate(per_training_step(arm["updates"]), 1):
+            if name == "grpo":
+                lines.append(f"| grpo | {i} | {r['reward/pass_rate']:.3f} | – | – | {r['reward/frac_zero_std_groups']:.2f} | "
+                             f"{r['actor/entropy']:.3f} | {r['actor/grad_norm']:.3f} | {r.get('timing/step_s', 0):.0f} |")
+            else:
+                lines.append(
+                    f"| {name} | {i} | {r['fbos/pass_rate_initial']:.3f} | {r['fbos/fap_success_rate']:.3f} | "
+                    f"{r['fbos/rescued_frac']:.2f} | {r['fbos/zero_adv_frac_before']:.2f} → {r['fbos/zero_adv_frac_after']:.2f} | "
+                    f"{r['entropy/x_initial']:.3f} | EPA {r.get('epa/actor/grad_norm', float('nan')):.3f} / "
+                    f"ECC {r.get('ecc/actor/grad_norm', float('nan')):.3f} | {arm['train_s'] / max(len(per_training_step(arm['updates'])), 1):.0f} |")
+    lines += ["", "| eval (held-out) | pass@1 | problems × samples | mean length | clipped |", "|---|---|---|---|---|"]
+    for tag, e in s["evals"].items():
+        if isinstance(e, dict):
+            lines.append(f"| {tag} | {e['pass@1']:.3f} | {e['num_problems']} × {e['num_samples']} | "
+                         f"{e['completions/mean_length']:.1f} | {e['completions/clipped_ratio']:.2f} |")
+        else:
+            lines.append(f"| {tag} | {e} ||||")
+    d = s.get("diagnostic")
+    if d:
+        lines += ["", f"Diagnostic batch: rescued {d['rescued_frac']}, triggered {d['triggered_frac']}.", "",
+                  "| EPA weighting | loss | pre-clip grad norm | mean off-policy weight |", "|---|---|---|---|"]
+        for k in ("shaping", "trunc_is", "plain"):
+            if k in d:
+                lines.append(f"| {k} | {d[k]['loss']:.4f} | {d[k]['grad_norm']:.4f} | {d[k]['offpolicy_weight_mean']:.4f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--table":
+        print(table(sys.argv[2]))
+    else:
+        main(sys.argv[1], sys.argv[2])
