@@ -210,14 +210,15 @@ def test_check_group_sizes_rejects_bad_args():
 
 def test_registry_uniform_signature():
     assert set(ADV_ESTIMATORS) >= {"grpo", "rloo"}
-    for name, fn in ADV_ESTIMATORS.items():
+    for name in ("grpo", "rloo"):  # variants may register estimators that need their sampler's data
+        fn = ADV_ESTIMATORS[name]
         out = fn(R, G, scale_rewards="group", adv_eps=1e-6, std_unbiased=True)
         assert out.shape == R.shape
     assert get_adv_estimator("grpo") is grpo_advantages
 
 
 def test_unknown_estimator_names_registry():
-    with pytest.raises(ValueError, match=r"'grpo', 'rloo'") as e:
+    with pytest.raises(ValueError, match=r"registered names are 'grpo', .*'rloo'") as e:
         get_adv_estimator("gae")
     assert isinstance(e.value, KeyError)
     assert isinstance(e.value, UnknownNameError)
