@@ -183,3 +183,19 @@ def test_trainer_counts_timeouts_and_continues(tmp_path, tiny):
         tr.train()
     assert [m["reward/verifier_timeouts"] for m in seen] == [4.0]  # G = 4 completions of problem 0
     assert tr.global_step == 1 and seen[0]["reward/verifier_errors"] == 0 and tr.scorer._pool is None  # closed at the end of train()
+
+
+def test_no_child_processes_allowed_falls_back_to_in_process(tok, monkeypatch):
+    """E.g. a trainer inside a daemonic multiprocessing.Pool worker cannot start reward workers."""
+    import rlvr.rewards
+
+    def refuse(self):
+        raise AssertionError("daemonic processes are not allowed to have children")
+
+    monkeypatch.setattr(rlvr.rewards.VerifierPool, "start", refuse)
+    with pytest.warns(UserWarning, match="cannot start reward worker processes"):
+        sc = Scorer(ScriptedTask(), tok, timeout_s=5)
+    assert not sc._use_pool and sc._pool is None
+    b = make_batch(tok, ["ok-0", "bad-1"])
+    sc.score(b)
+    assert b.rewards.tolist() == [0.5, 0.0]

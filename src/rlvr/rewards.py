@@ -298,8 +298,29 @@ class Scorer:
                 )
                 self._use_pool = False
         if self._use_pool:
-            self._pool = VerifierPool(task, self.num_workers, self.timeout_s)
-            self._pool.start()  # workers load the task while the first rollouts are generated
+            self._ensure_pool()  # workers load the task while the first rollouts are generated
+
+    def _ensure_pool(self) -> bool:
+        """Create and start the worker pool if needed; False (with a warning, scoring in-process from
+        then on) where this process cannot have children, e.g. inside a daemonic ``multiprocessing.Pool``
+        worker."""
+        if self._pool is not None:
+            return True
+        try:
+            self._pool = VerifierPool(self.task, self.num_workers, self.timeout_s)
+            self._pool.start()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if self._pool is not None:
+                self._pool.close()
+            self._pool = None
+            self._use_pool = False
+            warnings.warn(
+                f"cannot start reward worker processes here ({type(exc).__name__}: {exc}); verifiers run "
+                "in-process without reward_timeout_s",
+                stacklevel=3,
+            )
+            return False
 
     def close(self) -> None:
         """Stop the worker processes, if any (a later :meth:`score` restarts them)."""
@@ -340,7 +361,7 @@ class Scorer:
         texts = self.decode(batch)
         problems: Sequence[Any] = batch.problems
         scores, correct, feedback = [], [], []
-        if self._use_pool:
+        if self._use_pool and self._ensure_pool():
             scores, correct, feedback = self._score_in_pool(texts, batch, stats)
         else:
             for text, pi in zip(texts, batch.prompt_index.tolist()):
@@ -358,8 +379,7 @@ class Scorer:
         return stats
 
     def _score_in_pool(self, texts: list[str], batch: RolloutBatch, stats: ScoreStats):
-        if self._pool is None:
-            self._pool = VerifierPool(self.task, self.num_workers, self.timeout_s)
+        assert self._pool is not None
         items = [(i, batch.problems[pi], t) for i, (t, pi) in enumerate(zip(texts, batch.prompt_index.tolist()))]
         results = self._pool.run(items)
         scores, correct, feedback = [], [], []
