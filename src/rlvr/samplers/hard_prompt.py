@@ -105,9 +105,16 @@ class HardPromptSampler:
     ) -> RolloutBatch:
         """``len(problems) × G`` regular rollouts plus ``G′`` per hard prompt, scored.
 
+        Args:
+            problems: the B prompts. num_generations: G. params: regular sampling settings (T = 1).
+            policy_version: optimizer-update count stamped on every row. first_group_id: group id of problem 0.
+
         Returns:
-            a scored batch (``rewards``, ``correct``, ``texts`` set; no advantages): regular rows first
-            (group ``first_group_id + p``), then exploration rows.
+            a scored batch (``rewards``, ``correct``, ``texts`` set; no advantages) of ``B·G + H·G′`` rows
+            (``H`` hard prompts): regular rows first (group ``first_group_id + p``), then exploration rows.
+
+        Raises:
+            RuntimeError: the engine returned another number of completions than requested.
         """
         problems = list(problems)
         regular = self.group.sample(

@@ -252,9 +252,16 @@ def batch_logprobs(
     model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8,
     chunk_size: int = 1024, with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs ``[N, T]`` (and entropy ``[N, T]``) of ``batch`` under ``model``, no gradient.
+    """Per-token log-probs ``[N, T]`` (nats, 0 at padding) and, with ``with_entropy``, full-distribution
+    entropy ``[N, T]`` of ``batch`` under ``model``, without gradient.
 
-    Each row uses its own ``logprob_temperature``; micro-batched; the model's train/eval mode is restored.
+    Each row uses its own ``logprob_temperature``; micro-batched (``rows_per_micro`` rows); the model's
+    train/eval mode is restored.
+
+    Raises:
+        ValueError: a row has an empty context (from :func:`rlvr.trainer.forward.completion_logprobs`).
+
+    Source: grpo_core.md §4 (log-probs at each row's temperature); used for stored replay ``old_logp``.
     """
     was = model.training
     model.eval()
@@ -274,7 +281,11 @@ def batch_logprobs(
 
 
 def mean_token_entropy(model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8) -> float:
-    """Mean full-distribution entropy (nats) over ``batch``'s completion tokens under ``model``."""
+    """Mean full-distribution entropy (nats, a float) over ``batch``'s completion tokens under ``model``.
+
+    Source: specs/uec_rl.md §4 (``uec/entropy_before_replay`` / ``after``; the probe entropy of the
+    comparison script). Raises as :func:`batch_logprobs`.
+    """
     _, ent = batch_logprobs(model, batch, pad_token_id=pad_token_id, rows_per_micro=rows_per_micro, with_entropy=True)
     m = batch.completion_mask
     return float((ent * m).sum() / m.sum().clamp(min=1))
@@ -378,7 +389,16 @@ class UECReplaySchedule:
 
     # ------------------------------------------------------------------------------ plan
     def plan(self, trainer: Any, batch: RolloutBatch) -> list[RolloutBatch]:
-        """Optimizer batches for this generation round: accumulated regular updates, then replay."""
+        """Optimizer batches for this generation round: accumulated regular updates, then replay.
+
+        ``t = trainer.generation_round`` (1-based, counted by the trainer) drives the replay cadence.
+        Returns ``[]`` when the pending buffer holds fewer than N_upd rows and no replay is due.
+
+        Raises:
+            ValueError: the batch's rows do not match the buffered ones (a field set on some rows only).
+
+        Source: specs/uec_rl.md §2.7 (per-step procedure).
+        """
         u = self.cfg.uec
         self.pad_token_id = trainer.pad_token_id
         for b in (self.pending, self.replay):
