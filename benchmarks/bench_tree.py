@@ -310,7 +310,8 @@ def main(argv=None) -> int:
     out: dict = {"args": vars(args), "torch_threads": torch.get_num_threads()}
     model, tok = load(args.model, build_config(overrides=base))
     out["load_s"] = time.perf_counter() - t0
-    part1(args, model, tok, base, out)
+    if args.reps > 0:
+        part1(args, model, tok, base, out)
     out["part1_s"] = time.perf_counter() - t0
     save(args, out)
     if args.train_steps > 0:
