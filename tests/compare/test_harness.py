@@ -143,3 +143,20 @@ def test_cli_compare_requires_budget_and_reports(tmp_path, capsys):
     assert main(["compare", "--arm", "grpo", "--out", str(tmp_path / "c")]) == 2
     assert main(["compare", "--arm", "grpo", "--budget", "steps=2", "--out", str(tmp_path / "c"), "--report-only"]) == 0
     assert (tmp_path / "c" / "report.md").exists()
+
+
+def test_stalled_arm_ends_instead_of_looping(tmp_path, tiny):
+    """Every group constant (no trainable group) under a step budget: the stall guard ends the run."""
+    factory, tok = tiny
+
+    class Constant(ToyTask):
+        def verify(self, problem, completion):
+            from rlvr.tasks.base import Verdict
+
+            return Verdict(score=0.0, correct=False)
+
+    spec = _spec(tmp_path, "steps=5", arms=("dapo overlong_buffer_len=2",), seeds=(0,))
+    spec.max_idle_draws = 3
+    (r,) = run_compare(spec, model_factory=lambda c: (factory(0), tok), task_factory=lambda c: Constant(),
+                       log=lambda m: None, report=False)
+    assert r["steps"] == 0 and r["stop"].startswith("budget: stalled")

@@ -131,6 +131,8 @@ class CompareSpec:
         eval_num_samples, eval_ks, eval_limit: held-out evaluation after each run (pass@k over
             ``eval_limit`` problems of the eval split with ``eval_num_samples`` samples each).
         max_steps_cap: safety cap on optimizer steps for rollout/token budgets.
+        max_idle_draws: a run ends (stop reason "stalled") after this many sampler draws in a row
+            without an optimizer update.
     """
 
     arms: list[Arm]
@@ -144,6 +146,7 @@ class CompareSpec:
     eval_ks: list[int] = field(default_factory=lambda: [1, 8])
     eval_limit: int | None = 64
     max_steps_cap: int = 100_000
+    max_idle_draws: int = 100
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.arms]
@@ -163,7 +166,7 @@ class CompareSpec:
             ConfigError: unknown keys or bad values.
         """
         known = {"arms", "seeds", "budget", "output_dir", "base_configs", "common_configs", "common", "eval",
-                 "max_steps_cap"}
+                 "max_steps_cap", "max_idle_draws"}
         bad = set(d) - known
         if bad:
             raise ConfigError(f"compare spec: unknown keys {sorted(bad)}; valid: {sorted(known)}")
@@ -186,7 +189,7 @@ class CompareSpec:
             common_configs=list(d.get("common_configs", [])),
             common=[str(o) for o in d.get("common", [])], eval_num_samples=int(ev.get("num_samples", 8)),
             eval_ks=[int(k) for k in ev.get("ks", [1, 8])], eval_limit=ev.get("limit", 64),
-            max_steps_cap=int(d.get("max_steps_cap", 100_000)),
+            max_steps_cap=int(d.get("max_steps_cap", 100_000)), max_idle_draws=int(d.get("max_idle_draws", 100)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,13 +233,22 @@ class BudgetMeter:
 
     ``rollouts``/``tokens`` count only draws that were kept (a discarded over-budget draw is not
     counted). Other attributes are forwarded to the wrapped sampler.
+
+    Stall guard: with ``progress`` (a callable returning the optimizer step), ``max_idle_draws``
+    draws in a row without a new optimizer step end the run (an arm whose every group is filtered
+    out, e.g. all zero-pass prompts, would otherwise generate forever under a step budget).
     """
 
-    def __init__(self, sampler: Any, budget: Budget) -> None:
+    def __init__(self, sampler: Any, budget: Budget, *, progress: Callable[[], int] | None = None,
+                 max_idle_draws: int = 100) -> None:
         self._inner = sampler
         self.budget = budget
         self.rollouts = 0
         self.tokens = 0
+        self._progress = progress
+        self.max_idle_draws = max_idle_draws
+        self._idle = 0
+        self._last_step: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -244,6 +256,12 @@ class BudgetMeter:
     def sample(self, problems: Sequence[Any], num_generations: int, params: Any, **kw: Any):
         """Draw through the wrapped sampler; raise :class:`BudgetExhausted` instead of overspending."""
         b = self.budget
+        if self._progress is not None:
+            step = self._progress()
+            self._idle = self._idle + 1 if step == self._last_step else 0
+            self._last_step = step
+            if self._idle >= self.max_idle_draws:
+                raise BudgetExhausted(f"stalled: no optimizer update in {self._idle} draws ({self.rollouts} rollouts)")
         if b.kind == "rollouts" and self.rollouts + len(problems) * num_generations > b.amount:
             raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used)")
         batch = self._inner.sample(problems, num_generations, params, **kw)
@@ -304,7 +322,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     else:
         task = task_factory(cfg)
     trainer = Trainer(cfg, model, tok, task)
-    meter = BudgetMeter(trainer.sampler, spec.budget)
+    meter = BudgetMeter(trainer.sampler, spec.budget, progress=lambda: trainer.global_step,
+                        max_idle_draws=spec.max_idle_draws)
     trainer.sampler = meter
     curve_path = run_dir / "curve.jsonl"
     t0 = time.perf_counter()
