@@ -130,7 +130,8 @@ class RolloutBatch:
         return self.completion_mask.sum(dim=1).long()
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "RolloutBatch":
-        """Rows ``index`` (in that order) as a new batch; per-row fields are indexed, the rest shared.
+        """Rows ``index`` (in that order) as a new batch; per-row fields are indexed, ``problems`` is
+        shared and ``meta`` is copied (shallow).
 
         The padded width is cut to the longest selected row, so a micro-batch never carries
         padding it does not need.
@@ -148,7 +149,9 @@ class RolloutBatch:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is None or f.name in ("problems", "meta"):
+            if f.name == "meta":
+                out[f.name] = dict(value)  # per-batch: a schedule may tag one selection without touching others
+            elif value is None or f.name == "problems":
                 out[f.name] = value
             elif f.name == "reward_components":
                 out[f.name] = {k: v[idx] for k, v in value.items()}
