@@ -97,3 +97,8 @@ def test_parse_override_errors():
         parse_override("learning_rate")
     assert parse_override("a.b=[1, 2]") == ("a.b", [1, 2])
     assert parse_override("x=1e-5") == ("x", 1e-5)
+
+
+def test_overlong_buffer_longer_than_completion_cap_is_rejected():
+    with pytest.raises(ConfigError, match=r"overlong_buffer_len=64 must be ≤ max_completion_length=32"):
+        build_config(["dapo"], ["max_completion_length=32"])

@@ -338,6 +338,11 @@ class RLConfig(_Strict):
                 f"generation_batch_size={gbs} completions is not a whole number of groups of "
                 f"num_generations={g}: use a multiple of {g} (e.g. {max(g, gbs - gbs % g)})"
             )
+        if self.overlong_buffer_len is not None and self.overlong_buffer_len > self.max_completion_length:
+            raise ValueError(
+                f"overlong_buffer_len={self.overlong_buffer_len} must be ≤ max_completion_length="
+                f"{self.max_completion_length} (the soft penalty starts {self.overlong_buffer_len} tokens before the cap)"
+            )
         prompts = gbs // g
         if prompts % spg:
             raise ValueError(

@@ -30,15 +30,16 @@ class PromptEncoder:
         self.system_prompt = system_prompt
         self.max_prompt_length = max_prompt_length
         self.truncated = 0
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[tuple[str, str], list[int]] = {}
 
     def text(self, problem: Any) -> str:
         """The rendered prompt string of ``problem``."""
         return render_prompt(self.tokenizer, build_messages(problem, self.system_prompt))
 
     def __call__(self, problem: Any) -> list[int]:
-        """Token ids of the rendered prompt of ``problem`` (cached by ``problem.uid``)."""
-        ids = self._cache.get(problem.uid)
+        """Token ids of the rendered prompt of ``problem`` (cached by uid and question text)."""
+        key = (problem.uid, problem.question)
+        ids = self._cache.get(key)
         if ids is None:
             ids = self.tokenizer(self.text(problem), add_special_tokens=False)["input_ids"]
             if len(ids) > self.max_prompt_length:
@@ -50,7 +51,7 @@ class PromptEncoder:
                         stacklevel=2,
                     )
                 ids = ids[-self.max_prompt_length :]
-            self._cache[problem.uid] = ids
+            self._cache[key] = ids
         return ids
 
 
