@@ -78,6 +78,7 @@ def run_arm(args: argparse.Namespace, name: str, overrides: list[str], *, traine
     tr = Trainer(cfg, model, tok, task)
     if trainer_hook:
         trainer_hook(tr)
+    cpu = _cpu_timers(tr)
     steps: list[dict[str, float]] = []
     t0 = time.perf_counter()
     marks = {"eval_s": 0.0}
@@ -93,18 +94,44 @@ def run_arm(args: argparse.Namespace, name: str, overrides: list[str], *, traine
             marks["eval_s"] += time.perf_counter() - te
 
     tr.callbacks.append(cb)
+    c0 = time.process_time()
     tr.train()
+    cpu["total_s"] = time.process_time() - c0
     wall = steps[-1]["wall_s"] if steps else 0.0
     phases = {p.split("/")[1]: sum(s.get(p, 0.0) for s in steps) for p in PHASES}
     phases["other_s"] = wall - sum(phases.values())
     gen_tokens = sum(s.get("perf/generated_tokens_per_s", 0) * s.get("timing/generate_s", 0) for s in steps)
     return {
-        "name": name, "overrides": overrides, "wall_s": wall, "phases": phases,
+        "name": name, "overrides": overrides, "wall_s": wall, "phases": phases, "cpu_phases": cpu,
         "generation_phases": int(tr.generation_round), "updates": int(tr.global_step),
         "generated_tokens": gen_tokens,
         "generate_tokens_per_s": gen_tokens / max(phases["generate_s"], 1e-9),
         "steps": steps,
     }
+
+
+def _cpu_timers(tr: Any) -> dict[str, float]:
+    """Process CPU seconds per phase (generation, scoring, behaviour log-probs, updates): on a shared,
+    oversubscribed machine wall time swings several-fold with other users' load, CPU time much less."""
+    cpu = {"generate_s": 0.0, "reward_s": 0.0, "old_logprob_s": 0.0, "update_s": 0.0}
+
+    def wrap(obj: Any, attr: str, key: str) -> None:
+        fn = getattr(obj, attr)
+
+        def timed(*a, **kw):
+            c = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                cpu[key] += time.process_time() - c
+
+        setattr(obj, attr, timed)
+
+    wrap(tr.sampler, "sample", "generate_s")
+    wrap(tr.scorer, "score", "reward_s")
+    wrap(tr, "_logprobs", "old_logprob_s")
+    wrap(tr, "_update", "update_s")
+    return cpu
 
 
 # ---------------------------------------------------------------------------------------- wallclock
@@ -135,6 +162,8 @@ def wallclock(args: argparse.Namespace) -> dict[str, Any]:
         "rollouts_per_arm": U * b * G,
         "end_to_end_speedup": o["wall_s"] / max(s["wall_s"], 1e-9),
         "rollout_speedup": o["phases"]["generate_s"] / max(s["phases"]["generate_s"], 1e-9),
+        "end_to_end_speedup_cpu": o["cpu_phases"]["total_s"] / max(s["cpu_phases"]["total_s"], 1e-9),
+        "rollout_speedup_cpu": o["cpu_phases"]["generate_s"] / max(s["cpu_phases"]["generate_s"], 1e-9),
         "arms": {k: {kk: vv for kk, vv in v.items() if kk != "steps"} for k, v in results.items()},
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "arms"}, indent=1))
@@ -155,8 +184,9 @@ def _warm_up(args: argparse.Namespace) -> None:
 
 def _print_arm(r: dict[str, Any]) -> None:
     ph = "  ".join(f"{k}={v:7.1f}" for k, v in r["phases"].items())
+    cp = "  ".join(f"{k}={v:7.1f}" for k, v in r["cpu_phases"].items())
     print(f"  {r['name']:10s} wall={r['wall_s']:7.1f}s  gen_phases={r['generation_phases']}  "
-          f"gen_tok/s={r['generate_tokens_per_s']:6.1f}  {ph}", flush=True)
+          f"gen_tok/s={r['generate_tokens_per_s']:6.1f}  {ph}\n  {'':10s} cpu: {cp}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------- stability
