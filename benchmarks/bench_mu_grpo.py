@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -57,6 +58,27 @@ def base_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
     ]
 
 
+class ParityTask:
+    """A synthetic task whose reward has within-group variance even for a random tiny model (score 1
+    when the completion has an even number of characters): a stand-in that exercises the off-policy
+    diagnostics when the real task gives the tiny model no signal (``--task parity``)."""
+
+    name = "parity"
+    system_prompt = "Answer with a number."
+
+    def problems(self, split: str) -> list[Any]:
+        from rlvr.tasks.base import Problem
+
+        off = 0 if split == "train" else 1000
+        return [Problem(uid=f"{split}-{i}", question=f"{i + off} + 1 =", answer=str(i + off + 1)) for i in range(64)]
+
+    def verify(self, problem: Any, completion: str) -> Any:
+        from rlvr.tasks.base import Verdict
+
+        ok = len(completion) % 2 == 0
+        return Verdict(score=float(ok), correct=ok)
+
+
 def load_model(args: argparse.Namespace, cfg: Any):
     from rlvr.models import build_tiny_model, load_policy
 
@@ -73,7 +95,7 @@ def run_arm(args: argparse.Namespace, name: str, overrides: list[str], *, traine
 
     out_dir = Path(args.out) / name
     cfg = build_config(overrides=base_overrides(args, out_dir) + overrides + list(args.override))
-    task = build_task(cfg.task)
+    task = ParityTask() if args.task == "parity" else build_task(cfg.task)
     model, tok = load_model(args, cfg)
     tr = Trainer(cfg, model, tok, task)
     if trainer_hook:
@@ -230,6 +252,8 @@ def stability(args: argparse.Namespace) -> dict[str, Any]:
     evals: dict[str, list[tuple[int, float]]] = {}
 
     def eval_reward(tr) -> float:
+        if args.task == "parity":
+            return math.nan
         res = evaluate(tr.model, tr.tokenizer, tr.task, num_samples=args.eval_samples, ks=[1],
                        max_new_tokens=args.max_new, seed=123, limit=args.eval_prompts, split="eval")
         return float(res["reward/mean"])
@@ -313,6 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("mode", choices=["wallclock", "stability"])
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct) or 'tiny'")
+    p.add_argument("--task", default="chain_sum", choices=["chain_sum", "parity"],
+                   help="reasoning-gym chain_sum, or a synthetic parity reward (no held-out eval)")
     p.add_argument("--out", default="runs/bench_mu_grpo")
     p.add_argument("--json", default=None, help="summary JSON path (default OUT/<mode>.json)")
     p.add_argument("--plot", default=None, help="stability: PNG path")
