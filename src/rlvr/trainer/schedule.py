@@ -5,7 +5,15 @@ replay old rollouts (UEC-RL), alternate objectives (FBOS-RL) or run very stale s
 schedules, not trainers. Each optimizer batch may carry in its ``meta``:
 
 - ``"phase"``: a metric prefix for that update (e.g. ``"epa"``), logged as ``<phase>/...``;
-- ``"loss_settings"``: a :class:`rlvr.core.objective.LossSettings` replacing the run's for that update.
+- ``"loss_settings"``: a :class:`rlvr.core.objective.LossSettings` replacing the run's for that update;
+- ``"update_metrics"``: scalars logged with that update (e.g. the stage index);
+- ``"before_update"``: a one-shot action ``fn(trainer)`` run just before that update (e.g. an optimizer
+  reset at a stage start); a resumed run re-plans and skips the updates already done, so it is not
+  repeated;
+- ``"loss_kwargs_fn"``: extra per-micro-batch inputs of the policy loss (FBOS-RL's EPA weights).
+
+A generation batch's own ``meta["metrics"]`` (sampler and filter scalars) is logged once per
+generation round, not per update.
 
 Register new schedules in :data:`SCHEDULES` (name → factory taking the run config).
 """

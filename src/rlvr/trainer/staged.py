@@ -83,7 +83,7 @@ class StagedSchedule:
     def plan(self, trainer: Any, batch: RolloutBatch) -> list[RolloutBatch]:
         """Optimizer batches of the stage just drawn (``trainer.generation_round`` already counts it).
 
-        Each batch's ``meta["metrics"]`` carries the stage metrics of its update.
+        Each batch's ``meta["update_metrics"]`` carries the stage metrics of its update.
         """
         rnd = int(trainer.generation_round)
         stage = rnd - 1
@@ -95,7 +95,7 @@ class StagedSchedule:
         for k, ob in enumerate(batches):
             ob.meta = {
                 **{key: v for key, v in ob.meta.items() if key != "before_update"},
-                "metrics": {
+                "update_metrics": {
                     "mu_grpo/stage": float(stage),
                     "staleness/current": float(k),
                     "mu_grpo/generation_phases": float(rnd),

@@ -280,7 +280,6 @@ class Trainer:
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
         m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
         m["timing/update_s"] = time.perf_counter() - t
-        m.update(opt_batch.meta.get("metrics", {}))  # a schedule's per-update metrics (e.g. stage index)
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         staleness = (self.global_step - opt_batch.policy_version).float()
         m["staleness/mean"] = float(staleness.mean())
