@@ -5,9 +5,9 @@
 
 * **shared prefill** — each request's context is run once; its KV-cache row is then copied to the
   request's ``n`` sample rows (``n`` samples never recompute the same prompt);
-* **shrinking batch** — a row that samples EOS leaves the batch at once (KV cache rows selected
-  away), so the step cost follows the rows still alive, not the longest one; left-padding columns
-  that no live row needs any more are cut off the cache as well;
+* **shrinking batch** — rows that sampled EOS leave the batch (KV cache rows selected away, a few
+  finishes batched per compaction), so the step cost follows the rows still alive, not the longest
+  one; left-padding columns that no live row needs any more are cut off the cache as well;
 * **append-in-place KV cache** — full-attention layers write new keys/values into preallocated
   capacity rather than ``torch.cat``-ing the whole cache every step (a ~0.5 GB copy per step at
   64 rows × 200 tokens on SmolLM2-135M);
@@ -79,7 +79,7 @@ def sample_from_logits(
         temperature: > 0.
         top_p: in ``(0, 1]``; 1 disables.
         top_k: ≥ 0; 0 disables.
-        generator: private CPU RNG (``None``: torch's global RNG).
+        generator: private RNG on ``logits.device`` (``None``: torch's global RNG).
 
     Returns:
         ``(tokens [B] long, logprobs [B] float32)`` — natural log, of the distribution described above.
@@ -194,8 +194,17 @@ def _append_layer_class():
             self.values = self._vbuf[:, :, : self._len]
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            # copy the live length plus the remaining capacity, in one gather per buffer
-            self._reselect(lambda b: b.index_select(0, indices))
+            # Gather only the live length into fresh buffers of the same capacity: copying the
+            # (untouched, not even paged-in) spare capacity too made a 64-row prune ~7x dearer.
+            if self._kbuf is None:
+                return
+
+            def gather(buf: torch.Tensor) -> torch.Tensor:
+                new = buf.new_empty((indices.numel(), *buf.shape[1:]))
+                torch.index_select(buf[:, :, : self._len], 0, indices, out=new[:, :, : self._len])
+                return new
+
+            self._reselect(gather)
 
         def batch_repeat_interleave(self, repeats: int) -> None:
             self._reselect(lambda b: b.repeat_interleave(repeats, dim=0))
@@ -281,11 +290,16 @@ class HFEngine:
             ``generation_config.eos_token_id`` (int or list).
         cache: ``"append"`` (default; preallocated in-place KV appends) or ``"dynamic"``
             (transformers' ``DynamicCache`` as is: one ``torch.cat`` per layer per step).
-        prune: drop finished rows from the batch as soon as they finish (default True). False keeps
-            them until the whole chunk ends, as ``model.generate`` does (for benchmarks).
+        prune: drop finished rows from the batch (default True). Compaction copies the live KV
+            cache, so it is batched: it runs once the row-steps spent on finished rows since the
+            last compaction reach :attr:`prune_patience` (ski-rental rule; a row-step of a
+            135 M model costs about as much as compacting ~1/8 of its cache). False keeps finished
+            rows until the whole chunk ends, as ``model.generate`` does (for benchmarks).
 
     Attributes:
         eos_token_ids: ``set[int]``.
+        prune_patience: row-steps of finished rows tolerated before the batch is compacted
+            (default 8; 1 compacts at every finish).
         pad_token_id: id used for left padding (its value never reaches the model's output: the
             attention mask hides it).
 
@@ -312,6 +326,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.cache_kind = cache
         self.prune = prune
+        self.prune_patience = 8
         if eos_token_ids is None:
             ids: set[int] = set()
             if getattr(tokenizer, "eos_token_id", None) is not None:
@@ -394,7 +409,8 @@ class HFEngine:
             return []
         generator = None
         if params.seed is not None:
-            generator = torch.Generator(device="cpu").manual_seed(int(params.seed))
+            device = next(self.model.parameters()).device
+            generator = torch.Generator(device=device).manual_seed(int(params.seed))
         was_training = self.model.training
         self.model.eval()
         try:
@@ -475,47 +491,39 @@ class HFEngine:
         lps: list[list[float]] = [[] for _ in owners]
         finish = ["length"] * len(owners)
         eos = torch.tensor(sorted(self.eos_token_ids), dtype=torch.long, device=device)
-        dead = torch.zeros(len(owners), dtype=torch.bool, device=device)  # prune=False bookkeeping
+        done = torch.zeros(len(owners), dtype=torch.bool, device=device)  # [B] finished, still in the batch
+        pad = torch.tensor(self.pad_token_id, dtype=torch.long, device=device)
+        waste = 0  # row-steps spent on finished rows since the last compaction
 
         for step in range(params.max_new_tokens):
             tok, lp = sample_from_logits(logits, params.temperature, params.top_p, params.top_k, generator)
-            tok_l, lp_l, ended = tok.tolist(), lp.tolist(), torch.isin(tok, eos)
-            if not self.prune:
-                ended_l = ended.tolist()
-                for b, o in enumerate(alive):
-                    if not dead[b]:
-                        toks[o].append(tok_l[b])
-                        lps[o].append(lp_l[b])
-                        if ended_l[b]:
-                            finish[o] = "eos"
-                dead |= ended
-                if bool(dead.all()) or step == params.max_new_tokens - 1:
-                    break
-                tok = torch.where(dead, torch.full_like(tok, self.pad_token_id), tok)
-            else:
-                for b, o in enumerate(alive):
+            ended = torch.isin(tok, eos) & ~done
+            tok_l, lp_l, ended_l, done_l = tok.tolist(), lp.tolist(), ended.tolist(), done.tolist()
+            for b, o in enumerate(alive):
+                if not done_l[b]:
                     toks[o].append(tok_l[b])
                     lps[o].append(lp_l[b])
-                if step == params.max_new_tokens - 1:
-                    for b, o in enumerate(alive):
-                        if ended[b]:
-                            finish[o] = "eos"
-                    break
-                if bool(ended.any()):
-                    keep_mask = ~ended
-                    for b in ended.nonzero().flatten().tolist():
-                        finish[alive[b]] = "eos"
-                    if not bool(keep_mask.any()):
-                        break
-                    keep = keep_mask.nonzero().flatten()
+                    if ended_l[b]:
+                        finish[o] = "eos"
+            done |= ended
+            n_done = int(done.sum())
+            if n_done == len(alive) or step == params.max_new_tokens - 1:
+                break
+            if n_done:
+                waste += n_done
+                if self.prune and waste >= self.prune_patience:
+                    keep = (~done).nonzero().flatten()  # [B'] rows still generating
                     cache.batch_select_indices(keep)
-                    mask, next_pos, tok = mask[keep], next_pos[keep], tok[keep]
+                    mask, next_pos, tok, done = mask[keep], next_pos[keep], tok[keep], done[keep]
                     alive = [alive[b] for b in keep.tolist()]
+                    waste = 0
                     if trimmable:
                         lead = int(mask.any(0).long().argmax())  # first column some live row uses
                         if lead >= 8:
                             _trim_left(cache, lead)
                             mask = mask[:, lead:]
+                else:
+                    tok = torch.where(done, pad, tok)  # finished rows ride along on a pad token
             mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
             logits = self._forward(tok[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
