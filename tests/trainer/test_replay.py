@@ -158,13 +158,14 @@ def _half_hard_task():
     from rlvr.testing import ToyTask
 
     class HalfHard(ToyTask):
-        """Odd problems are hard (pass only on lengths ≡ 0 mod 5); even ones pass on even lengths."""
+        """Odd problems are never solved (zero pass rate whatever the sampler draws, so the exploration
+        path always runs); even ones pass on even lengths."""
 
         def verify(self, problem, completion):
             from rlvr.tasks.base import Verdict
 
             i = int(problem.uid.split("-")[1])
-            ok = len(completion) % 5 == 0 if i % 2 else len(completion) % 2 == 0
+            ok = False if i % 2 else len(completion) % 2 == 0
             return Verdict(score=float(ok), correct=ok)
 
     return HalfHard()
@@ -199,7 +200,7 @@ def test_uec_recipe_end_to_end_on_tiny_model(tmp_path, tiny):
 
 def test_ablation_switches_tempered_is_fresh_ratios_and_remove_after_use(tmp_path, tiny):
     from rlvr.core.uec import tempered_is_weights
-    from rlvr.trainer.replay import batch_logprobs
+    from rlvr.trainer.forward import batch_logprobs
 
     factory, tok = tiny
     model = factory(0)

@@ -33,8 +33,8 @@ from rlvr.core.fbos import epa_policy_loss, offpolicy_weight, view_normalised_we
 from rlvr.core.policy_loss import get_policy_loss
 from rlvr.errors import ConfigError
 from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, is_epa_kind
-from rlvr.trainer.forward import completion_logprobs
-from rlvr.trainer.update import loss_weights, micro_batches
+from rlvr.trainer.forward import batch_logprobs
+from rlvr.trainer.update import loss_weights
 from rlvr.types import RolloutBatch
 
 
@@ -78,24 +78,13 @@ class AlternatingViews:
             "cap": self.fbos.trunc_is_cap,
         }
 
-    @torch.no_grad()
     def prepass(self, trainer: Any, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """``(old_logp, entropy)``, each ``[N, T]``: every row under its own context, current weights."""
-        model = trainer.model
-        was_training = model.training
-        model.eval()
-        old = torch.zeros_like(batch.completion_mask)
-        ent = torch.zeros_like(batch.completion_mask)
-        for rows in micro_batches(batch, self.cfg.per_device_train_batch_size):
-            micro = batch.select(rows)
-            logp, h = completion_logprobs(
-                model, micro, pad_token_id=trainer.pad_token_id, chunk_size=self.cfg.logprob_chunk_size,
-                with_entropy=True,
-            )
-            old[rows, : logp.shape[1]] = logp
-            ent[rows, : h.shape[1]] = h
-        model.train(was_training)
-        return old, ent
+        return batch_logprobs(
+            trainer.model, batch, pad_token_id=trainer.pad_token_id,
+            rows_per_micro=self.cfg.per_device_train_batch_size, chunk_size=self.cfg.logprob_chunk_size,
+            with_entropy=True,
+        )
 
     def _metrics(self, trainer: Any, batch: RolloutBatch, ent: torch.Tensor, n_updates: int) -> dict[str, float]:
         cfg, f = self.cfg, self.fbos

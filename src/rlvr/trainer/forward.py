@@ -80,3 +80,44 @@ def completion_logprobs(
     if ent_sel is not None:
         entropy = torch.zeros(mask.shape, dtype=ent_sel.dtype).index_put((rows, cols), ent_sel)
     return logp, entropy
+
+
+def micro_batches(batch: RolloutBatch, rows_per_micro: int) -> list[list[int]]:
+    """Row indices of each micro-batch: rows sorted by ``context + completion`` length (longest first),
+    cut into chunks of ``rows_per_micro``."""
+    total = [len(c) + int(k) for c, k in zip(batch.context_ids, batch.completion_lengths.tolist())]
+    order = sorted(range(len(batch)), key=lambda i: -total[i])
+    return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8,
+    chunk_size: int = 1024, with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs ``[N, T]`` (nats, 0 at padding) and, with ``with_entropy``, full-distribution
+    entropy ``[N, T]`` of ``batch`` under ``model``, without gradient.
+
+    Each row uses its own ``logprob_temperature``; micro-batched (``rows_per_micro`` rows); the model's
+    train/eval mode is restored.
+
+    Raises:
+        ValueError: a row has an empty context (from :func:`rlvr.trainer.forward.completion_logprobs`).
+
+    Source: grpo_core.md §4 (log-probs at each row's temperature); used for stored replay ``old_logp``.
+    """
+    was = model.training
+    model.eval()
+    logp = torch.zeros_like(batch.completion_mask)
+    ent = torch.zeros_like(batch.completion_mask) if with_entropy else None
+    try:
+        for rows in micro_batches(batch, rows_per_micro):
+            micro = batch.select(rows)
+            lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
+                                        with_entropy=with_entropy)
+            logp[rows, : lp.shape[1]] = lp
+            if ent is not None and e is not None:
+                ent[rows, : e.shape[1]] = e
+    finally:
+        model.train(was)
+    return logp, ent

@@ -32,9 +32,8 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.uec import low_prob_positive_fraction, replay_admission_mask, tempered_is_weights
-from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.schedule import OnPolicySchedule, split_groups
-from rlvr.trainer.update import micro_batches
 from rlvr.types import RolloutBatch
 
 AdmitFn = Callable[[RolloutBatch], torch.Tensor]
@@ -245,39 +244,6 @@ class TrajectoryBuffer:
         }
         kw["problems"] = [_problem_from_json(p) for p in state.get("problems", [])]
         self.data = RolloutBatch(**kw)
-
-
-@torch.no_grad()
-def batch_logprobs(
-    model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8,
-    chunk_size: int = 1024, with_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs ``[N, T]`` (nats, 0 at padding) and, with ``with_entropy``, full-distribution
-    entropy ``[N, T]`` of ``batch`` under ``model``, without gradient.
-
-    Each row uses its own ``logprob_temperature``; micro-batched (``rows_per_micro`` rows); the model's
-    train/eval mode is restored.
-
-    Raises:
-        ValueError: a row has an empty context (from :func:`rlvr.trainer.forward.completion_logprobs`).
-
-    Source: grpo_core.md §4 (log-probs at each row's temperature); used for stored replay ``old_logp``.
-    """
-    was = model.training
-    model.eval()
-    logp = torch.zeros_like(batch.completion_mask)
-    ent = torch.zeros_like(batch.completion_mask) if with_entropy else None
-    try:
-        for rows in micro_batches(batch, rows_per_micro):
-            micro = batch.select(rows)
-            lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
-                                        with_entropy=with_entropy)
-            logp[rows, : lp.shape[1]] = lp
-            if ent is not None and e is not None:
-                ent[rows, : e.shape[1]] = e
-    finally:
-        model.train(was)
-    return logp, ent
 
 
 def mean_token_entropy(model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8) -> float:

@@ -26,13 +26,13 @@ from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
-from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
 from rlvr.trainer.schedule import SCHEDULES
-from rlvr.trainer.update import MaskFn, micro_batches, policy_update
+from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
 
 
@@ -169,20 +169,12 @@ class Trainer:
             first_group_id=first,
         )
 
-    @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-        was_training = model.training
-        model.eval()
-        out = torch.zeros_like(batch.completion_mask)
-        for rows in micro_batches(batch, self.cfg.per_device_train_batch_size):
-            micro = batch.select(rows)
-            logp, _ = completion_logprobs(
-                model, micro, pad_token_id=self.pad_token_id, chunk_size=self.cfg.logprob_chunk_size,
-                with_entropy=False,
-            )
-            out[rows, : logp.shape[1]] = logp
-        model.train(was_training)
-        return out
+        logp, _ = batch_logprobs(
+            model, batch, pad_token_id=self.pad_token_id, rows_per_micro=self.cfg.per_device_train_batch_size,
+            chunk_size=self.cfg.logprob_chunk_size,
+        )
+        return logp
 
     def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""

@@ -17,7 +17,7 @@ import torch
 from rlvr.core.aggregation import AggDenominators, compute_denominators
 from rlvr.core.masks import combine_masks, truncation_mask
 from rlvr.core.objective import LossSettings, policy_objective
-from rlvr.trainer.forward import completion_logprobs
+from rlvr.trainer.forward import completion_logprobs, micro_batches  # noqa: F401 (re-exported)
 from rlvr.trainer.metrics import LossMetricAccumulator
 from rlvr.types import RolloutBatch
 
@@ -46,14 +46,6 @@ def loss_weights(batch: RolloutBatch, *, mask_truncated: bool) -> torch.Tensor:
     """Effective loss weight ``W = M ⊙ w ⊙ truncation mask`` ``[N, T]`` (``grpo_core.md`` §5.4)."""
     trunc = truncation_mask(batch.is_truncated, batch.completion_mask.shape[1]) if mask_truncated else None
     return combine_masks(batch.completion_mask, batch.token_weights, trunc)
-
-
-def micro_batches(batch: RolloutBatch, rows_per_micro: int) -> list[list[int]]:
-    """Row indices of each micro-batch: rows sorted by ``context + completion`` length (longest first),
-    cut into chunks of ``rows_per_micro``."""
-    total = [len(c) + int(k) for c, k in zip(batch.context_ids, batch.completion_lengths.tolist())]
-    order = sorted(range(len(batch)), key=lambda i: -total[i])
-    return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
 
 
 def _run_mask_hooks(
