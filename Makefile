@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m ''
