@@ -36,6 +36,7 @@ from typing import Any, Callable, Literal, Sequence
 import yaml
 
 from rlvr.errors import ConfigError, RlvrError
+from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (smooth re-exported for report.py)
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
 
@@ -365,27 +366,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
 
 
 def read_curve(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``curve.jsonl`` (a torn last line is skipped)."""
-    rows = []
-    p = Path(run_dir) / "curve.jsonl"
-    if p.exists():
-        for line in p.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
-def smooth(ys: Sequence[float], window: int) -> list[float]:
-    """Trailing moving average over ``window`` points (``[n] -> [n]``)."""
-    out, acc = [], []
-    for y in ys:
-        acc.append(y)
-        if len(acc) > window:
-            acc.pop(0)
-        out.append(sum(acc) / len(acc))
-    return out
+    """Rows of ``curve.jsonl`` (a torn last line is skipped; no file gives ``[]``)."""
+    return read_jsonl_rows(Path(run_dir) / "curve.jsonl")
 
 
 def curve_summary(curve: list[dict[str, Any]]) -> dict[str, float]:

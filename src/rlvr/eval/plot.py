@@ -28,6 +28,15 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {run_dir} an rlvr run directory?")
+    return read_jsonl_rows(path)
+
+
+def read_jsonl_rows(path: str | Path) -> list[dict]:
+    """JSON objects of a JSONL file written line by line; unparsable lines (a torn last line of a
+    killed run) are skipped; a missing file gives ``[]``."""
+    path = Path(path)
+    if not path.exists():
+        return []
     rows = []
     for line in path.read_text().splitlines():
         try:
@@ -37,7 +46,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return rows
 
 
-def _smooth(ys: list[float], window: int) -> list[float]:
+def smooth(ys: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points (``[n] -> [n]``), ignoring None and non-finite
+    values (NaN where a window has none)."""
     out, acc = [], []
     for y in ys:
         acc.append(y)
@@ -49,8 +60,8 @@ def _smooth(ys: list[float], window: int) -> list[float]:
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None, panels: Sequence[str] = DEFAULT_PANELS,
-             smooth: int = 5) -> Path:
-    """Plot the chosen metrics against step (raw and a ``smooth``-step moving average) into one PNG.
+             smooth_window: int = 5) -> Path:
+    """Plot the chosen metrics against step (raw and a ``smooth_window``-step moving average) into one PNG.
 
     Returns:
         the PNG path (default ``RUN_DIR/curves.png``).
@@ -71,8 +82,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, panels: Sequenc
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         xs, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
         ax.plot(xs, ys, alpha=0.35, lw=1, label="raw")
-        if len(ys) >= smooth:
-            ax.plot(xs, _smooth(ys, smooth), lw=2, label=f"mean of {smooth}")
+        if len(ys) >= smooth_window:
+            ax.plot(xs, smooth(ys, smooth_window), lw=2, label=f"mean of {smooth_window}")
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
