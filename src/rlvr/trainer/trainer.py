@@ -371,9 +371,8 @@ class Trainer:
         assert logger is not None
         if self.global_step % cfg.logging.logging_steps == 0 or self.global_step == cfg.max_steps:
             logger.log(self.global_step, m)
-        if cfg.logging.log_completions_steps and self.global_step % cfg.logging.log_completions_steps == 1 % max(
-            cfg.logging.log_completions_steps, 1
-        ):
+        every = cfg.logging.log_completions_steps
+        if every and (self.global_step - 1) % every == 0:  # steps 1, 1 + every, ...
             logger.log_completions(self.global_step, getattr(self, "_last_samples", []))
         for cb in self.callbacks:
             cb(self, m)
