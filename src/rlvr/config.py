@@ -327,6 +327,7 @@ class RLConfig(_Strict):
     reward_timeout_s: float = Field(30.0, ge=0)  # per verifier call; 0 = no limit (rlvr.rewards.VerifierPool)
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
+    share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 

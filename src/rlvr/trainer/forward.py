@@ -3,16 +3,23 @@
 The transformer body runs on ``context + completion`` rows right-padded to the micro-batch's own
 longest row; the LM head then runs only on the hidden states that predict completion tokens, in
 chunks (``rlvr.core.logprobs``). This is what keeps a CPU step fast and its memory bounded.
+
+When every row of a micro-batch has the same context (the completions of one group), the context
+runs once and its key/value states are reused by every completion (:func:`shared_context_hidden`):
+the same values and gradients as separate rows, with the prompt's cost paid once instead of ``G``
+times.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from typing import Any
 
 import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
-from rlvr.models import lm_head_params, model_forward_hidden
+from rlvr.models import _decoder, lm_head_params, model_forward_hidden
 from rlvr.types import RolloutBatch
 
 
@@ -50,8 +57,13 @@ def completion_logprobs(
     chunk_size: int = 1024,
     with_entropy: bool = True,
     entropy_grad: bool = False,
+    share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[n, T]`` of the batch's completion tokens (0 at padding) and entropy ``[n, T]``.
+
+    With ``share_prompt`` and ``n > 1`` rows that all have the same context, the context runs once
+    (:func:`shared_context_hidden`); otherwise every row runs ``context + completion``. Both give the
+    same log-probs and gradients (interpretation: an exact rewrite of the forward, no approximation).
 
     Logits are divided by each row's ``logprob_temperature`` (``grpo_core.md`` §4). Gradients flow
     through the log-probs when grad mode is on; the entropy carries a gradient only when
@@ -63,12 +75,15 @@ def completion_logprobs(
     if any(len(c) == 0 for c in batch.context_ids):
         raise ValueError("completion_logprobs: every row needs at least one context token")
     mask = batch.completion_mask > 0  # [n, T]
-    input_ids, attn, pred_pos = build_inputs(batch, pad_token_id)
-    hidden = model_forward_hidden(model, input_ids, attn)  # [n, L, H]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
-    h = hidden[rows, pred_pos[rows, cols]]  # [k, H]
+    if share_prompt and len(batch) > 1 and all(c == batch.context_ids[0] for c in batch.context_ids[1:]):
+        h = shared_context_hidden(model, batch, rows, cols, pad_token_id)  # [k, H]
+    else:
+        input_ids, attn, pred_pos = build_inputs(batch, pad_token_id)
+        hidden = model_forward_hidden(model, input_ids, attn)  # [n, L, H]
+        h = hidden[rows, pred_pos[rows, cols]]  # [k, H]
     targets = batch.completion_ids[rows, cols]  # [k]
-    temps = batch.logprob_temperature.to(hidden.dtype)[rows]  # [k]
+    temps = batch.logprob_temperature.to(h.dtype)[rows]  # [k]
     weight, bias = lm_head_params(model)
     logp_sel, ent_sel = selective_log_softmax_and_entropy(
         h, weight, bias, targets, temperature=temps, chunk_size=chunk_size,
@@ -82,23 +97,141 @@ def completion_logprobs(
     return logp, entropy
 
 
-def micro_batches(batch: RolloutBatch, rows_per_micro: int) -> list[list[int]]:
-    """Row indices of each micro-batch: rows sorted by ``context + completion`` length (longest first),
-    cut into chunks of ``rows_per_micro``."""
+def length_buckets(lengths: list[int], overhead: int = 32) -> list[list[int]]:
+    """Split rows into buckets of similar length so that padding each bucket to its longest row wastes little.
+
+    Rows are sorted longest first and cut into contiguous runs; the cut minimises
+    ``Σ_buckets (rows · longest) + overhead · #buckets`` (exact dynamic programme, ``O(n²)``).
+
+    Args:
+        lengths: ``n`` non-negative row lengths (tokens).
+        overhead: cost of one extra bucket, in padded tokens (a model call's fixed cost).
+
+    Returns:
+        Buckets of row indices into ``lengths``, each sorted longest first; every index exactly once.
+
+    Source: interpretation (bucketing by length, as TRL/verl's sequence packing aims at): pads less than
+    one rectangle and calls the model fewer times than one call per row.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    n = len(order)
+    best = [0.0] + [math.inf] * n  # best[j]: cost of the first j rows (sorted)
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # last bucket = sorted rows i .. j-1, padded to lengths[order[i]]
+            c = best[i] + (j - i) * lengths[order[i]] + overhead
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    out: list[list[int]] = []
+    j = n
+    while j > 0:
+        out.append(order[cut[j] : j])
+        j = cut[j]
+    return out[::-1]
+
+
+def shared_context_hidden(
+    model: Any, batch: RolloutBatch, rows: torch.Tensor, cols: torch.Tensor, pad_token_id: int
+) -> torch.Tensor:
+    """Hidden states ``[k, H]`` that predict the selected completion tokens, for rows sharing one context.
+
+    The context ``[1, C]`` runs once and keeps its per-layer key/value states (with gradient). The
+    completions are bucketed by length (:func:`length_buckets`); each bucket ``[m, w]`` (right-padded)
+    runs on top of a copy of those states expanded to ``m`` rows, at positions ``C .. C+w−1``. Right
+    padding needs no attention mask: a real token never attends to a later position. The state that
+    predicts completion token 0 is the context's last hidden state; token ``t ≥ 1`` is predicted by the
+    completion's state at ``t − 1``. Gradients reach the context through every bucket (they add up, as
+    for ``n`` separate copies of the prompt).
+
+    Args:
+        model: a ``*ForCausalLM`` whose decoder accepts ``past_key_values`` (a transformers
+            ``DynamicCache``).
+        batch: ``n`` rows with identical ``context_ids`` (length ``C ≥ 1``).
+        rows, cols: ``[k]`` long, the selected (row, completion position) pairs.
+        pad_token_id: token id written at padded completion positions (never attended to).
+
+    Returns:
+        ``[k, H]`` hidden states in the model's dtype, in the order of ``rows``/``cols``.
+
+    Source: interpretation — prefix sharing for a group's common prompt; exact (tested against
+    separate rows, values and gradients).
+    """
+    from transformers import DynamicCache
+
+    base = _decoder(model)
+    ctx = torch.as_tensor(batch.context_ids[0], dtype=torch.long)[None]  # [1, C]
+    C = ctx.shape[1]
+    out = base(input_ids=ctx, attention_mask=torch.ones_like(ctx), use_cache=True)
+    kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]  # [1, heads, C, d] each
+    lengths = batch.completion_lengths.tolist()
+    H = out.last_hidden_state.shape[-1]
+    pieces: list[torch.Tensor] = []  # per bucket: [m·w, H] states, row-major
+    offset = torch.zeros(len(batch), dtype=torch.long)  # row → start of its states in the concatenation
+    pos_total = 0
+    for bucket in length_buckets([max(1, k) for k in lengths]):
+        m = len(bucket)
+        w = max(1, max(lengths[i] for i in bucket))
+        ids = batch.completion_ids[bucket, :w].clone()
+        ids[batch.completion_mask[bucket, :w] <= 0] = pad_token_id
+        cache = DynamicCache(ddp_cache_data=[(k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)) for k, v in kv],
+                             config=getattr(model, "config", None))
+        pos = torch.arange(C, C + w, dtype=torch.long)[None].expand(m, w)
+        h = base(input_ids=ids, position_ids=pos, use_cache=True, **{_cache_kwarg(base): cache}).last_hidden_state
+        pieces.append(h.reshape(m * w, H))
+        for r, i in enumerate(bucket):
+            offset[i] = pos_total + r * w
+        pos_total += m * w
+    h_at = torch.cat(pieces, dim=0)  # [Σ m·w, H]
+    h_first = out.last_hidden_state[0, -1]  # [H]: predicts completion token 0 of every row
+    idx = offset[rows] + (cols - 1).clamp(min=0)
+    h = h_at[idx]  # [k, H]
+    return torch.where((cols == 0)[:, None], h_first[None].expand_as(h), h)
+
+
+def _cache_kwarg(decoder: Any) -> str:
+    """The decoder's keyword for a KV cache: ``cache`` (transformers ≥ 5.2x) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def micro_batches(batch: RolloutBatch, rows_per_micro: int, keep_groups: bool = True) -> list[list[int]]:
+    """Row indices of each micro-batch, longest micro-batch first.
+
+    With ``keep_groups``, rows that share a context fill whole micro-batches on their own (a group of
+    ``G ≥ rows_per_micro`` completions; longest rows first), so :func:`completion_logprobs` runs that
+    prompt once per micro-batch. All other rows (small groups, group remainders, unique contexts such as
+    feedback-augmented prompts), or every row without ``keep_groups``, are pooled, sorted by
+    ``context + completion`` length (longest first) and cut into chunks of ``rows_per_micro``, so
+    micro-batches stay full and little padded. :meth:`RolloutBatch.select` then cuts each micro-batch to
+    its own longest row.
+    """
     total = [len(c) + int(k) for c, k in zip(batch.context_ids, batch.completion_lengths.tolist())]
-    order = sorted(range(len(batch)), key=lambda i: -total[i])
-    return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+    out: list[list[int]] = []
+    pooled: list[int] = list(range(len(batch)))
+    if keep_groups and rows_per_micro > 1:
+        by_ctx: dict[tuple[int, ...], list[int]] = {}
+        for i, c in enumerate(batch.context_ids):
+            by_ctx.setdefault(tuple(c), []).append(i)
+        pooled = []
+        for rows in by_ctx.values():
+            rows.sort(key=lambda i: -total[i])
+            full = len(rows) - len(rows) % rows_per_micro
+            out += [rows[j : j + rows_per_micro] for j in range(0, full, rows_per_micro)]
+            pooled += rows[full:]
+    pooled.sort(key=lambda i: -total[i])
+    out += [pooled[j : j + rows_per_micro] for j in range(0, len(pooled), rows_per_micro)]
+    return sorted(out, key=lambda m: -max(total[i] for i in m))
 
 
 @torch.no_grad()
 def batch_logprobs(
     model: torch.nn.Module, batch: RolloutBatch, *, pad_token_id: int, rows_per_micro: int = 8,
-    chunk_size: int = 1024, with_entropy: bool = False,
+    chunk_size: int = 1024, with_entropy: bool = False, share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs ``[N, T]`` (nats, 0 at padding) and, with ``with_entropy``, full-distribution
     entropy ``[N, T]`` of ``batch`` under ``model``, without gradient.
 
-    Each row uses its own ``logprob_temperature``; micro-batched (``rows_per_micro`` rows); the model's
+    Each row uses its own ``logprob_temperature``; micro-batched (``rows_per_micro`` rows; with
+    ``share_prompt`` a group's prompt runs once per micro-batch, see :func:`micro_batches`); the model's
     train/eval mode is restored.
 
     Raises:
@@ -111,10 +244,10 @@ def batch_logprobs(
     logp = torch.zeros_like(batch.completion_mask)
     ent = torch.zeros_like(batch.completion_mask) if with_entropy else None
     try:
-        for rows in micro_batches(batch, rows_per_micro):
+        for rows in micro_batches(batch, rows_per_micro, keep_groups=share_prompt):
             micro = batch.select(rows)
             lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
-                                        with_entropy=with_entropy)
+                                        with_entropy=with_entropy, share_prompt=share_prompt)
             logp[rows, : lp.shape[1]] = lp
             if ent is not None and e is not None:
                 ent[rows, : e.shape[1]] = e

@@ -172,7 +172,7 @@ class Trainer:
     def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
         logp, _ = batch_logprobs(
             model, batch, pad_token_id=self.pad_token_id, rows_per_micro=self.cfg.per_device_train_batch_size,
-            chunk_size=self.cfg.logprob_chunk_size,
+            chunk_size=self.cfg.logprob_chunk_size, share_prompt=self.cfg.share_prompt_forward,
         )
         return logp
 
@@ -267,6 +267,7 @@ class Trainer:
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
             loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
+            share_prompt=cfg.share_prompt_forward,
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)

@@ -119,6 +119,7 @@ def policy_update(
     extra_mask_fns: Sequence[MaskFn] = (),
     step_optimizer: bool = True,
     loss_kwargs_fn: LossKwargsFn | None = None,
+    share_prompt: bool = True,
 ) -> UpdateResult:
     """Forward/backward over micro-batches of ``batch`` and one optimizer step.
 
@@ -127,7 +128,8 @@ def policy_update(
     ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
     accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
     ``loss_kwargs_fn`` (a :data:`LossKwargsFn`) supplies extra inputs of the registered policy loss per
-    micro-batch.
+    micro-batch. ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
+    (exact; :func:`rlvr.trainer.forward.shared_context_hidden`).
 
     Raises:
         ValueError: ``batch.advantages`` is missing.
@@ -141,7 +143,7 @@ def policy_update(
             W_full, settings.loss_agg_mode, seq_denominator=settings.seq_denominator,
             loss_scale_factor=settings.loss_scale_factor,
         )
-    groups = micro_batches(batch, rows_per_micro)
+    groups = micro_batches(batch, rows_per_micro, keep_groups=share_prompt)
     acc = LossMetricAccumulator()
     optimizer.zero_grad(set_to_none=True)
     finite = True
@@ -153,7 +155,7 @@ def policy_update(
         W = W_full[rows][:, : micro.completion_mask.shape[1]]
         logp, entropy = completion_logprobs(
             model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=True,
-            entropy_grad=need_entropy_grad,
+            entropy_grad=need_entropy_grad, share_prompt=share_prompt,
         )
         masks, drop_masks, has_keep = _run_mask_hooks(extra_mask_fns, micro, logp, mask_sums)
         local_den = denominators
