@@ -57,6 +57,9 @@ def tree_variants(args) -> dict[str, list[str]]:
     return {
         "tree_paragraph": common + ["ib_tpo.step_split=paragraph"],
         "tree_fixed": common + ["ib_tpo.step_split=fixed", f"ib_tpo.fixed_step_tokens={args.fixed_step}"],
+        # fewer, wider rounds: on a latency-bound CPU the number of sequential decode steps sets the time
+        "tree_fixed_wide": common + ["ib_tpo.step_split=fixed", f"ib_tpo.fixed_step_tokens={args.fixed_step}",
+                                     f"ib_tpo.branches_per_round={args.wide_branches}"],
     }
 
 
@@ -282,6 +285,7 @@ def main(argv=None) -> int:
     ap.add_argument("--r-min", type=int, default=16)
     ap.add_argument("--step-min", type=int, default=8)
     ap.add_argument("--fixed-step", type=int, default=16)
+    ap.add_argument("--wide-branches", type=int, default=4, help="branches per round of the tree_fixed_wide variant")
     ap.add_argument("--train-steps", type=int, default=0)
     ap.add_argument("--train-len", type=int, default=64)
     ap.add_argument("--train-prompts", type=int, default=4)

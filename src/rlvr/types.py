@@ -47,10 +47,15 @@ class GenerationRequest:
         context_ids: token ids the generation continues from (a rendered prompt, optionally
             followed by an already generated prefix — tree and feedback samplers use this).
         n: number of independent continuations to draw (≥ 1).
+        max_new_tokens: this request's own cap on new tokens (≤ the call's
+            ``SamplingParams.max_new_tokens``); ``None`` = the call's cap. A row that reaches it stops
+            (``finish_reason="length"``) and leaves the batch, so forks at different depths of a tree
+            can share one call without decoding past their budget.
     """
 
     context_ids: Sequence[int]
     n: int = 1
+    max_new_tokens: int | None = None
 
 
 @dataclass

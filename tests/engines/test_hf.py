@@ -308,3 +308,33 @@ def test_load_weights(tiny):
     assert {k: v.data_ptr() for k, v in mine.state_dict().items()} == ptrs  # copied in place
     with pytest.raises(KeyError, match="no tensors named"):
         eng.load_weights({"not.a.weight": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_per_request_cap_stops_rows_at_their_own_length(tiny, prune):
+    """A request's ``max_new_tokens`` stops its rows there ("length"); other rows run to the call's cap.
+    The capped rows' log-probs still equal a teacher-forced forward (they left the batch cleanly)."""
+    model, tok = tiny
+    eng = HFEngine(model, tok, prune=prune)
+    eng.prune_patience = 1  # compact as soon as a row stops
+    reqs = [GenerationRequest([1, 5, 6], n=3, max_new_tokens=3), GenerationRequest([1, 9], n=2),
+            GenerationRequest([1, 4, 4, 7], n=2, max_new_tokens=7)]
+    out = eng.generate(reqs, SamplingParams(max_new_tokens=10, seed=4))
+    for gens, cap in zip(out, (3, 10, 7)):
+        for g in gens:
+            assert len(g.token_ids) <= cap
+            assert (g.finish_reason == "length") == (len(g.token_ids) == cap and g.token_ids[-1] != EOS)
+    assert any(len(g.token_ids) == 3 for g in out[0])
+    g = out[0][0]
+    ids = torch.tensor([[1, 5, 6] + g.token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, 2:-1], -1)
+    ref = logp[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)]
+    assert torch.allclose(ref, torch.tensor(g.logprobs), atol=1e-4)
+
+
+def test_per_request_cap_out_of_range_is_rejected(tiny):
+    eng = HFEngine(*tiny)
+    for bad in (0, 11):
+        with pytest.raises(ValueError, match=r"request 0: max_new_tokens must be in \[1, 10\]"):
+            eng.generate([GenerationRequest([1, 5], max_new_tokens=bad)], SamplingParams(max_new_tokens=10))

@@ -393,10 +393,11 @@ class HFEngine:
             ``out[i]`` is a list of ``requests[i].n`` :class:`Generation`: new token ids only
             (EOS included when sampled), ``[L]`` behaviour log-probs (natural log, see
             :func:`sample_from_logits`), ``finish_reason`` ``"eos"`` or ``"length"``
-            (``L == max_new_tokens``).
+            (``L`` == the request's ``max_new_tokens``, else the call's).
 
         Raises:
-            ValueError: an empty context, ``n < 1``, or invalid ``params``.
+            ValueError: an empty context, ``n < 1``, a request cap outside ``[1, params.max_new_tokens]``,
+                or invalid ``params``.
         """
         validate_sampling(params)
         for i, r in enumerate(requests):
@@ -404,6 +405,9 @@ class HFEngine:
                 raise ValueError(f"request {i}: empty context_ids (give at least one token, e.g. BOS)")
             if r.n < 1:
                 raise ValueError(f"request {i}: n must be >= 1, got {r.n}")
+            if r.max_new_tokens is not None and not 1 <= r.max_new_tokens <= params.max_new_tokens:
+                raise ValueError(f"request {i}: max_new_tokens must be in [1, {params.max_new_tokens}] "
+                                 f"(SamplingParams.max_new_tokens), got {r.max_new_tokens}")
         results: list[list[Generation | None]] = [[None] * r.n for r in requests]
         if not requests:
             return []
@@ -475,12 +479,15 @@ class HFEngine:
         pos = (mask.cumsum(-1) - 1).clamp_min(0)
         ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
 
-        cache, trimmable = _new_cache(self.model.config, width + params.max_new_tokens, self.cache_kind)
+        req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
+        steps = max(req_caps)  # the chunk decodes until its longest cap
+        cache, trimmable = _new_cache(self.model.config, width + steps, self.cache_kind)
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples
         counts = torch.tensor([len(s) for _, s in chunk], dtype=torch.long)
         owners = [(i, s) for i, samples in chunk for s in samples]  # row → (request, sample)
+        row_cap = torch.tensor([c for c, (_, samples) in zip(req_caps, chunk) for _ in samples], device=device)  # [B]
         if int(counts.max()) > 1:
             expand = torch.repeat_interleave(torch.arange(r), counts).to(device)  # [B]
             cache.batch_select_indices(expand)
@@ -495,7 +502,7 @@ class HFEngine:
         pad = torch.tensor(self.pad_token_id, dtype=torch.long, device=device)
         waste = 0  # row-steps spent on finished rows since the last compaction
 
-        for step in range(params.max_new_tokens):
+        for step in range(steps):
             tok, lp = sample_from_logits(logits, params.temperature, params.top_p, params.top_k, generator)
             ended = torch.isin(tok, eos) & ~done
             tok_l, lp_l, ended_l, done_l = tok.tolist(), lp.tolist(), ended.tolist(), done.tolist()
@@ -505,9 +512,9 @@ class HFEngine:
                     lps[o].append(lp_l[b])
                     if ended_l[b]:
                         finish[o] = "eos"
-            done |= ended
+            done |= ended | (row_cap <= step + 1)  # EOS, or this row's own cap reached ("length")
             n_done = int(done.sum())
-            if n_done == len(alive) or step == params.max_new_tokens - 1:
+            if n_done == len(alive) or step == steps - 1:
                 break
             if n_done:
                 waste += n_done
@@ -515,6 +522,7 @@ class HFEngine:
                     keep = (~done).nonzero().flatten()  # [B'] rows still generating
                     cache.batch_select_indices(keep)
                     mask, next_pos, tok, done = mask[keep], next_pos[keep], tok[keep], done[keep]
+                    row_cap = row_cap[keep]
                     alive = [alive[b] for b in keep.tolist()]
                     waste = 0
                     if trimmable:

@@ -424,14 +424,16 @@ class IBTreeSampler:
     def _generate(
         self, jobs: list[tuple[PromptTree, int, int]], params: SamplingParams, round_: int
     ) -> list[list[Generation]]:
-        """One batched generate call for ``(tree, node, n)`` jobs; each continuation is cut to its
-        path's remaining cap (the engine takes one ``max_new_tokens`` per call)."""
+        """One batched generate call for ``(tree, node, n)`` jobs; each request carries its path's
+        remaining cap (``GenerationRequest.max_new_tokens``), and a continuation an engine returns past
+        that cap is cut to it (counted in ``tokens_discarded``)."""
         requests, caps = [], []
         for tree, u, n in jobs:
-            requests.append(GenerationRequest(context_ids=tree.prompt_ids + tree.path_tokens(u), n=n))
-            caps.append(self.max_completion_length - tree.nodes[u].end)
+            cap = max(1, self.max_completion_length - tree.nodes[u].end)
+            requests.append(GenerationRequest(context_ids=tree.prompt_ids + tree.path_tokens(u), n=n, max_new_tokens=cap))
+            caps.append(cap)
         seed = None if params.seed is None else (int(params.seed) + 104_729 * round_) % 2**31
-        p = dataclasses.replace(params, max_new_tokens=max(1, max(caps)), seed=seed)
+        p = dataclasses.replace(params, max_new_tokens=max(caps), seed=seed)
         outs = self.engine.generate(requests, p)
         res = []
         for (tree, u, n), cap, gens, req in zip(jobs, caps, outs, requests):
