@@ -229,3 +229,13 @@ def test_resume_between_epa_and_ecc_continues_identically(tmp_path, tiny):
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
     for p, q in zip(ref.model.parameters(), res.model.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_generic_reward_metrics_count_each_generated_sequence_once(tmp_path, tiny):
+    """One prompt, G = 8: 4 initial rollouts fail, 4 FAP rollouts of which the engine makes 1 correct.
+    The batch holds 12 rows (the FAP rollouts twice, once per view); reward/* sees the 8 generated."""
+    tr = scripted_trainer(tmp_path, tiny)
+    batch, metrics = tr.generate_batch()
+    assert len(batch.context_kind) == 12 and batch.context_kind.count(KIND_FEEDBACK) == 4
+    assert metrics["reward/pass_rate"] == pytest.approx(1 / 8)
+    assert metrics["reward/mean"] == pytest.approx(1 / 8)

@@ -196,9 +196,15 @@ class FeedbackSampler:
 
     ``fbos.feedback_level=gt_hint`` is accepted with a ``UserWarning`` (it leaks the label).
 
+    ``view_only_kinds`` tells the trainer which rows repeat tokens another row holds (the ``feedback``
+    view of an ``original_offpolicy`` row), so its generic ``reward/*`` and ``completions/*`` count each
+    generated sequence once.
+
     Raises:
         ImportError / AttributeError: ``fbos.feedback_fn`` names a module or function that does not exist.
     """
+
+    view_only_kinds: tuple[str, ...] = (KIND_FEEDBACK,)
 
     def __init__(
         self,

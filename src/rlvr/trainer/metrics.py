@@ -15,8 +15,11 @@ from rlvr.core.advantages import mean_group_std, zero_std_group_fraction
 from rlvr.types import RolloutBatch
 
 
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+def rollout_metrics(batch: RolloutBatch, view_only_kinds: tuple[str, ...] = ()) -> dict[str, float]:
     """Reward, pass-rate, length and truncation statistics of a scored batch.
+
+    Rows whose ``context_kind`` is in ``view_only_kinds`` (a second view of tokens another row already
+    holds, e.g. FBOS-RL's ``feedback`` rows) are left out, so every generated sequence counts once.
 
     Returns keys ``reward/mean``, ``reward/std``, ``reward/group_std_mean``, ``rewards/<fn>/mean|std``,
     ``reward/pass_rate``, ``reward/frac_zero_std_groups``, ``completions/mean_length``,
@@ -24,6 +27,10 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     ``completions/mean_terminated_length``, ``advantages/mean``, ``advantages/abs_mean`` (when set).
     """
     assert batch.rewards is not None, "rollout_metrics needs a scored batch"
+    if view_only_kinds and batch.context_kind is not None:
+        keep = [i for i, k in enumerate(batch.context_kind) if k not in view_only_kinds]
+        if keep and len(keep) < len(batch):
+            batch = batch.select(keep)
     r = batch.rewards.float()
     lengths = batch.completion_lengths.float()
     term = lengths[~batch.is_truncated]

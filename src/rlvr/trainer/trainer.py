@@ -224,7 +224,8 @@ class Trainer:
         for f in self.batch_filters:
             batch = f(batch)
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
-        metrics.update(rollout_metrics(sampled if all_rows is None else all_rows))
+        metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
+                                       tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
         metrics.update(batch.meta.get("metrics", {}))  # seam: samplers and filters report scalars here
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
