@@ -129,7 +129,10 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
         acc["logprobs"] += time.perf_counter() - t
         n_c = int(micro.completion_mask.sum())
         acc["completion_tokens"] += n_c
-        acc["body_tokens"] += n_c + sum(len(c) for c in micro.context_ids)
+        shared = kw.get("share_prompt", True) and len(micro) > 1 and all(
+            c == micro.context_ids[0] for c in micro.context_ids[1:])
+        ctx = len(micro.context_ids[0]) if shared else sum(len(c) for c in micro.context_ids)
+        acc["body_tokens"] += n_c + ctx  # tokens the body actually runs (a shared prompt once)
         return r
 
     upd.completion_logprobs = timed_clp
