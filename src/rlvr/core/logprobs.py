@@ -47,10 +47,11 @@ def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> to
 
 
 def _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt):
-    z = hidden[s:e] @ weight.t()  # [c, V]
+    """Fresh ``[c, V]`` tensor of scaled logits (callers may overwrite it in place)."""
+    z = (hidden[s:e] @ weight.t()).to(dt)  # [c, V]; a new tensor, so the updates below can be in place
     if bias is not None:
-        z = z + bias
-    return z.to(dt) * inv_temp[s:e, None]
+        z.add_(bias)
+    return z.mul_(inv_temp[s:e, None])
 
 
 class _ChunkedLMHeadLogProb(torch.autograd.Function):
@@ -69,10 +70,9 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
             lse = torch.logsumexp(z, dim=-1)  # [c]
             lse_all[s:e] = lse
             logp[s:e] = z.gather(1, target[s:e, None]).squeeze(1) - lse
-            if with_entropy:
-                lp = z - lse[:, None]
-                p = lp.exp()
-                ent[s:e] = -torch.where(p > 0, p * lp, torch.zeros((), dtype=dt, device=z.device)).sum(-1)
+            if with_entropy:  # in place: each pass over [c, V] is memory-bound on a CPU
+                lp = z.sub_(lse[:, None])
+                ent[s:e] = -lp.exp().mul_(lp).nansum(-1)  # p log p; 0 · (−inf) = nan → 0
         ctx.chunk_size = chunk_size
         ctx.entropy_grad = bool(with_entropy and entropy_grad)
         ctx.set_materialize_grads(False)
@@ -100,19 +100,13 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
         for s in range(0, n, ctx.chunk_size):
             e = min(s + ctx.chunk_size, n)
             z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
-            lp = z - lse_all[s:e, None]  # log p, [c, V]
-            p = lp.exp()
-            gz = torch.zeros_like(z)
-            if g_logp is not None:
-                g = g_logp[s:e].to(dt)
-                gz = gz - p * g[:, None]
-                gz.scatter_add_(1, target[s:e, None], g[:, None])  # d logp / dz = onehot − p
-            if g_ent is not None:
-                # dH/dz_k = −p_k (log p_k + H)
-                zero = torch.zeros((), dtype=dt, device=z.device)
-                term = torch.where(p > 0, p * (lp + ent[s:e, None]), zero)
-                gz = gz - g_ent[s:e].to(dt)[:, None] * term
-            gz = gz * inv_temp[s:e, None]  # through z = logits * inv_temp
+            if g_ent is None:  # the common case, fused and in place: gz = (onehot − p) · g / T
+                coef = g_logp[s:e].to(dt) * inv_temp[s:e]  # [c]
+                gz = z.sub_(lse_all[s:e, None]).exp_().mul_(-coef[:, None])
+                gz.scatter_add_(1, target[s:e, None], coef[:, None])
+            else:
+                g_lp = g_logp[s:e] if g_logp is not None else None
+                gz = _grad_logits(z, lse_all[s:e], target[s:e], g_lp, g_ent[s:e], ent[s:e], inv_temp[s:e], dt)
             gzc = gz.to(hidden.dtype)
             if need_h:
                 grad_h[s:e] = gzc @ weight
@@ -125,6 +119,24 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def _grad_logits(z, lse, target, g_logp, g_ent, ent, inv_temp, dt):
+    """``d loss / d z`` ``[c, V]`` of one chunk when the entropy carries a gradient (or only it does).
+
+    ``d logp / dz = onehot − p`` and ``dH / dz_k = −p_k (log p_k + H)``, both times ``1/T``.
+    """
+    lp = z - lse[:, None]  # log p, [c, V]
+    p = lp.exp()
+    gz = torch.zeros_like(z)
+    if g_logp is not None:
+        g = g_logp.to(dt)
+        gz = gz - p * g[:, None]
+        gz.scatter_add_(1, target[:, None], g[:, None])
+    zero = torch.zeros((), dtype=dt, device=z.device)
+    term = torch.where(p > 0, p * (lp + ent[:, None]), zero)
+    gz = gz - g_ent.to(dt)[:, None] * term
+    return gz * inv_temp[:, None]
 
 
 def selective_log_softmax_and_entropy(
