@@ -114,6 +114,7 @@ def main() -> None:
         summary["arms"][name] = {"updates": rows, "train_s": round(time.perf_counter() - t0, 1)}
         print(f"arm {name}: {len(rows)} optimizer updates in {time.perf_counter() - t0:.0f}s", flush=True)
         run_eval(name)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))  # a timeout keeps the finished arms
 
     # diagnostic: the EPA update of one FBOS batch at the initial weights under each switch (no step)
     if time.perf_counter() - t_start < a.deadline:

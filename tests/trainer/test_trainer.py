@@ -156,3 +156,24 @@ def test_reward_fn_exception_scores_zero_and_counts(tmp_path, tiny):
     last = tr.train()
     assert last["reward/verifier_errors"] == 8
     assert last["reward/mean"] == 0.0
+
+
+def test_optimizer_is_fused_on_cpu_and_matches_the_default_update(tiny, tmp_path):
+    from rlvr.trainer.optim import build_optimizer
+
+    factory, _ = tiny
+    cfg = small_config(tmp_path, "weight_decay=0.01")
+    m1, m2 = factory(0), factory(0)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        a.grad = torch.randn_like(a)
+        b.grad = a.grad.clone()
+    opt = build_optimizer(m1.parameters(), cfg)
+    assert opt.param_groups[0]["fused"] is True
+    ref = torch.optim.AdamW(list(m2.parameters()), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
+    for _ in range(3):
+        opt.step()
+        ref.step()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert any(not torch.equal(a, c) for a, c in zip(m1.parameters(), factory(0).parameters()))

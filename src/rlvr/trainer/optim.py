@@ -9,14 +9,21 @@ import torch
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any) -> torch.optim.AdamW:
-    """AdamW over the trainable ``params`` with the config's ``learning_rate``, betas, eps and decay."""
-    return torch.optim.AdamW(
-        [p for p in params if p.requires_grad],
-        lr=cfg.learning_rate,
-        betas=(cfg.adam_beta1, cfg.adam_beta2),
-        eps=cfg.adam_epsilon,
-        weight_decay=cfg.weight_decay,
-    )
+    """AdamW over the trainable ``params`` with the config's ``learning_rate``, betas, eps and decay.
+
+    Uses torch's fused kernel when every parameter is a floating-point tensor on CPU or CUDA (the same
+    update; on a 2-core CPU a step over SmolLM2-135M takes 0.06 s fused vs 0.20 s with the default
+    per-parameter loop, ``benchmarks/results/bench_optimizer.json``), the default implementation otherwise.
+    """
+    trainable = [p for p in params if p.requires_grad]
+    kw: dict[str, Any] = dict(lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon,
+                              weight_decay=cfg.weight_decay)
+    if trainable and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in trainable):
+        try:
+            return torch.optim.AdamW(trainable, fused=True, **kw)
+        except (RuntimeError, ValueError):  # a device/dtype this torch build has no fused kernel for
+            pass
+    return torch.optim.AdamW(trainable, **kw)
 
 
 def lr_lambda(step: int, *, warmup_steps: int, total_steps: int, kind: str) -> float:
