@@ -160,3 +160,29 @@ def test_stalled_arm_ends_instead_of_looping(tmp_path, tiny):
     (r,) = run_compare(spec, model_factory=lambda c: (factory(0), tok), task_factory=lambda c: Constant(),
                        log=lambda m: None, report=False)
     assert r["steps"] == 0 and r["stop"].startswith("budget: stalled")
+
+
+def test_meter_counts_generated_sequences_not_second_views():
+    """FBOS-RL's feedback rows repeat the tokens of their original_offpolicy twins: not charged twice."""
+    import torch
+
+    from rlvr.types import RolloutBatch
+
+    class Views:
+        view_only_kinds = ("feedback",)
+
+        def sample(self, problems, g, params, **kw):
+            kinds = ["original"] * 4 + ["original_offpolicy"] * 4 + ["feedback"] * 4
+            n = len(kinds)
+            z = torch.zeros(n, dtype=torch.long)
+            b = RolloutBatch([[1]] * n, torch.zeros(n, 3, dtype=torch.long), torch.ones(n, 3), z, z,
+                             z.bool(), z.float(), z.float(), z)
+            b.context_kind = kinds
+            return b
+
+    meter = BudgetMeter(Views(), Budget("rollouts", 16))
+    meter.sample([0], 8, None)
+    assert (meter.rollouts, meter.tokens) == (8, 24)
+    meter.sample([0], 8, None)  # 16 generated sequences: exactly the budget
+    with pytest.raises(BudgetExhausted):
+        meter.sample([0], 8, None)

@@ -233,7 +233,8 @@ class BudgetMeter:
         budget: the comparison budget.
 
     ``rollouts``/``tokens`` count only draws that were kept (a discarded over-budget draw is not
-    counted). Other attributes are forwarded to the wrapped sampler.
+    counted; rows that only re-view generated tokens, the sampler's ``view_only_kinds``, are not
+    counted either). Other attributes are forwarded to the wrapped sampler.
 
     Stall guard: with ``progress`` (a callable returning the optimizer step), ``max_idle_draws``
     draws in a row without a new optimizer step end the run (an arm whose every group is filtered
@@ -266,7 +267,7 @@ class BudgetMeter:
         if b.kind == "rollouts" and self.rollouts + len(problems) * num_generations > b.amount:
             raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used)")
         batch = self._inner.sample(problems, num_generations, params, **kw)
-        n, toks = len(batch), int(batch.completion_mask.sum())
+        n, toks = generated_counts(batch, tuple(getattr(self._inner, "view_only_kinds", ())))
         if b.kind == "rollouts" and self.rollouts + n > b.amount:
             raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used, draw of {n} refused)")
         if b.kind == "tokens" and self.tokens + toks > b.amount:
@@ -274,6 +275,17 @@ class BudgetMeter:
         self.rollouts += n
         self.tokens += toks
         return batch
+
+
+def generated_counts(batch: Any, view_only_kinds: tuple[str, ...] = ()) -> tuple[int, int]:
+    """``(sequences, tokens)`` a sampler generated for ``batch``: rows whose ``context_kind`` is in
+    ``view_only_kinds`` repeat another row's tokens under a second context (FBOS-RL's ECC view) and are
+    not counted again."""
+    mask = batch.completion_mask
+    if view_only_kinds and batch.context_kind is not None:
+        keep = [k not in view_only_kinds for k in batch.context_kind]
+        return sum(keep), int(mask[keep].sum())
+    return len(batch), int(mask.sum())
 
 
 CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", "actor/entropy", "actor/grad_norm",
