@@ -64,6 +64,18 @@ def test_two_arms_two_seeds_table_plots_and_resume(tmp_path, tiny):
     assert (out / "grpo/seed0/result.json").stat().st_mtime_ns == before
     assert (out / "drgrpo/seed1/result.json").exists()
 
+    # the untrained policy added later as a baseline row: no finished run is redone
+    spec.eval_baseline = True
+    logs = []
+    run_compare(spec, model_factory=mf, task_factory=tf, log=logs.append)
+    assert sum("skipped" in m for m in logs) == 4
+    base = json.loads((out / "initial/seed0/result.json").read_text())
+    assert base["steps"] == 0 and 0.0 <= base["eval/pass@1"] <= base["eval/pass@2"] <= 1.0
+    report = (out / "report.md").read_text()
+    assert "| initial | 2 |" in report and "untrained policy" in report
+    with pytest.raises(ConfigError, match="reserved"):
+        CompareSpec(arms=[Arm.parse("initial=grpo")], seeds=[0], budget=Budget.parse("steps=1"), eval_baseline=True)
+
 
 @pytest.mark.parametrize("budget,check", [
     ("steps=3", lambda r: r["steps"] == 3),

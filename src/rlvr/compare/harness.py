@@ -109,6 +109,9 @@ class Arm:
         return Arm(_check_name(name), [r for r in recipes.split("+") if r], rest)
 
 
+BASELINE = "initial"  # the report row (and folder) of the untrained policy (``eval.baseline``)
+
+
 def _check_name(name: str) -> str:
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise ConfigError(f"compare arm name {name!r} must be a plain folder name")
@@ -131,6 +134,8 @@ class CompareSpec:
             learning rate: whatever must be equal across arms), before the arm's own overrides.
         eval_num_samples, eval_ks, eval_limit: held-out evaluation after each run (pass@k over
             ``eval_limit`` problems of the eval split with ``eval_num_samples`` samples each).
+        eval_baseline: also evaluate the untrained policy (the first arm's run config, per seed) the
+            same way; the report shows it as the row ``initial`` (before → after at a glance).
         max_steps_cap: safety cap on optimizer steps for rollout/token budgets.
         max_idle_draws: a run ends (stop reason "stalled") after this many sampler draws in a row
             without an optimizer update.
@@ -146,6 +151,7 @@ class CompareSpec:
     eval_num_samples: int = 8
     eval_ks: list[int] = field(default_factory=lambda: [1, 8])
     eval_limit: int | None = 64
+    eval_baseline: bool = False
     max_steps_cap: int = 100_000
     max_idle_draws: int = 100
 
@@ -157,6 +163,8 @@ class CompareSpec:
             raise ConfigError(f"compare arm names must be distinct, got {names}")
         if not self.seeds:
             raise ConfigError("compare needs at least one seed")
+        if self.eval_baseline and BASELINE in names:
+            raise ConfigError(f"compare arm name {BASELINE!r} is reserved for the untrained policy (eval.baseline)")
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "CompareSpec":
@@ -190,6 +198,7 @@ class CompareSpec:
             common_configs=list(d.get("common_configs", [])),
             common=[str(o) for o in d.get("common", [])], eval_num_samples=int(ev.get("num_samples", 8)),
             eval_ks=[int(k) for k in ev.get("ks", [1, 8])], eval_limit=ev.get("limit", 64),
+            eval_baseline=bool(ev.get("baseline", False)),
             max_steps_cap=int(d.get("max_steps_cap", 100_000)), max_idle_draws=int(d.get("max_idle_draws", 100)),
         )
 
@@ -199,7 +208,8 @@ class CompareSpec:
             "output_dir": self.output_dir, "seeds": self.seeds, "budget": {self.budget.kind: self.budget.amount},
             "base_configs": self.base_configs, "common_configs": self.common_configs, "common": self.common,
             "arms": [{"name": a.name, "config": a.configs, "overrides": a.overrides} for a in self.arms],
-            "eval": {"num_samples": self.eval_num_samples, "ks": self.eval_ks, "limit": self.eval_limit},
+            "eval": {"num_samples": self.eval_num_samples, "ks": self.eval_ks, "limit": self.eval_limit,
+                     "baseline": self.eval_baseline},
             "max_steps_cap": self.max_steps_cap,
         }
 
@@ -313,7 +323,6 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     Raises:
         ConfigError: invalid run configuration; other errors of the run propagate.
     """
-    from rlvr.eval.evaluate import evaluate
     from rlvr.trainer.trainer import Trainer
 
     run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
@@ -360,12 +369,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     wall = time.perf_counter() - t0
     log(f"compare: {arm.name} seed {seed}: {trainer.global_step} steps, {meter.rollouts} rollouts, "
         f"{meter.tokens} tokens, {wall:.1f} s ({stop})")
-    ev = evaluate(
-        trainer.model, tok, task, num_samples=spec.eval_num_samples, ks=spec.eval_ks, temperature=cfg.eval.temperature,
-        top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
-        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, 64 // spec.eval_num_samples), seed=10_007,
-        limit=spec.eval_limit,
-    )
+    ev = _held_out_eval(spec, cfg, trainer.model, tok, task)
     curve = read_curve(run_dir)
     result = {
         "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
@@ -420,6 +424,44 @@ def _run_in_worker(spec: CompareSpec, arm: Arm, seed: int, threads: int) -> dict
     return _guarded(spec, arm, seed, None, None, lambda m: print(m, flush=True))
 
 
+def _held_out_eval(spec: CompareSpec, cfg: Any, model: Any, tok: Any, task: Any) -> dict[str, Any]:
+    """The comparison's held-out evaluation (same problems, samples and seed for every run)."""
+    from rlvr.eval.evaluate import evaluate
+
+    return evaluate(
+        model, tok, task, num_samples=spec.eval_num_samples, ks=spec.eval_ks, temperature=cfg.eval.temperature,
+        top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
+        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, 64 // spec.eval_num_samples), seed=10_007,
+        limit=spec.eval_limit,
+    )
+
+
+def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,
+                 task_factory: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """Evaluate the untrained policy of the first arm's run config (``seed``) like every trained run,
+    and write ``OUT/initial/seed<k>/result.json`` (eval keys only)."""
+    run_dir = Path(spec.output_dir) / BASELINE / f"seed{seed}"
+    cfg = spec.run_config(spec.arms[0], seed, run_dir)
+    if model_factory is None:
+        from rlvr.models import load_policy
+
+        model, tok = load_policy(cfg.model)
+    else:
+        model, tok = model_factory(cfg)
+    if task_factory is None:
+        from rlvr.tasks import build_task
+
+        task = build_task(cfg.task)
+    else:
+        task = task_factory(cfg)
+    ev = _held_out_eval(spec, cfg, model, tok, task)
+    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0,
+              **{f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)}}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_json(run_dir / "result.json", result)
+    return result
+
+
 def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory, log) -> dict[str, Any] | None:
     """:func:`run_one`, but a run that crashes writes ``error.txt`` and yields None (the others go on)."""
     import traceback
@@ -469,7 +511,14 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     if saved.exists():
         old = yaml.safe_load(saved.read_text()) or {}
         keep = ("budget", "base_configs", "common_configs", "common", "eval", "max_steps_cap")
-        diff = [k for k in keep if old.get(k) != now.get(k)]
+
+        def same(k: str) -> bool:  # adding the baseline evaluation later keeps finished runs comparable
+            a, b = old.get(k), now.get(k)
+            if k == "eval" and isinstance(a, dict) and isinstance(b, dict):
+                a, b = {**a, "baseline": None}, {**b, "baseline": None}
+            return a == b
+
+        diff = [k for k in keep if not same(k)]
         old_arms = {a["name"]: a for a in old.get("arms", [])}
         diff += [f"arm {a['name']}" for a in now["arms"] if a["name"] in old_arms and old_arms[a["name"]] != a]
         if diff:
@@ -503,8 +552,14 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     else:
         for arm, seed in todo:
             results[(arm.name, seed)] = _guarded(spec, arm, seed, model_factory, task_factory, log)
+    if spec.eval_baseline:
+        for seed in spec.seeds:
+            if not (out / BASELINE / f"seed{seed}" / "result.json").exists():
+                log(f"compare: {BASELINE} seed {seed}: evaluating the untrained policy")
+                run_baseline(spec, seed, model_factory=model_factory, task_factory=task_factory)
     if report:
         from rlvr.compare.report import write_report
 
-        write_report(out, arms=[a.name for a in spec.arms], seeds=spec.seeds, budget=spec.budget)
+        names = ([BASELINE] if spec.eval_baseline else []) + [a.name for a in spec.arms]
+        write_report(out, arms=names, seeds=spec.seeds, budget=spec.budget)
     return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]
