@@ -198,3 +198,14 @@ def test_meter_counts_generated_sequences_not_second_views():
     meter.sample([0], 8, None)  # 16 generated sequences: exactly the budget
     with pytest.raises(BudgetExhausted):
         meter.sample([0], 8, None)
+
+
+def test_curve_values_fall_back_to_per_phase_metrics():
+    from rlvr.compare.harness import curve_values
+
+    m = {"reward/mean": 0.5, "epa/actor/entropy": 1.0, "ecc/actor/entropy": 2.0, "epa/actor/grad_norm": float("nan"),
+         "actor/clip_ratio/region": 0.1, "epa/actor/clip_ratio/region": 9.0}
+    v = curve_values(m)
+    assert v["reward/mean"] == 0.5 and v["actor/entropy"] == 1.5
+    assert "actor/grad_norm" not in v  # only non-finite phase values
+    assert v["actor/clip_ratio/region"] == 0.1  # the unprefixed key wins

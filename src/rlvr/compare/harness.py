@@ -302,6 +302,22 @@ CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", 
               "actor/clip_ratio/region", "completions/mean_length", "staleness/mean")
 
 
+def curve_values(metrics: dict[str, Any]) -> dict[str, float]:
+    """The :data:`CURVE_KEYS` of one logged step. A key a schedule logs only per phase (FBOS-RL's
+    ``epa/actor/entropy`` and ``ecc/actor/entropy``) is the mean of its finite phase values."""
+    out: dict[str, float] = {}
+    for k in CURVE_KEYS:
+        v = metrics.get(k)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out[k] = float(v)
+            continue
+        phased = [float(x) for name, x in metrics.items()
+                  if name.endswith("/" + k) and isinstance(x, (int, float)) and math.isfinite(x)]
+        if phased:
+            out[k] = sum(phased) / len(phased)
+    return out
+
+
 def _atomic_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(obj, indent=2))
@@ -354,7 +370,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     def record(tr: Any, m: dict[str, float]) -> None:
         row = {"step": tr.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
                "wall_s": round(time.perf_counter() - t0, 3)}
-        row.update({k: m[k] for k in CURVE_KEYS if k in m and m[k] is not None and math.isfinite(m[k])})
+        row.update(curve_values(m))
         curve_f.write(json.dumps(row) + "\n")
         curve_f.flush()
 
