@@ -21,7 +21,8 @@ EXIT_RUNTIME = 1
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", action="append", default=[], metavar="FILE",
-                   help="YAML config or built-in recipe name (grpo, dr_grpo, dapo, demo); repeatable, later wins")
+                   help="YAML config or built-in recipe name (grpo, grpo_paper, dr_grpo, dapo, gspo, demo, testbed, "
+                   "mu_grpo, mu_grpo_small, uec_rl, ib_tpo, fbos_rl); repeatable, later wins")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
 
 
@@ -39,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", help="model folder to evaluate (default: the config's model)")
     e.add_argument("--tag", default="eval", help="result file name: OUTPUT_DIR/eval_<tag>.json")
     e.add_argument("--out", help="explicit JSON output path")
-    e.add_argument("--limit", type=int, help="evaluate only the first N problems")
+    e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems (N >= 1)")
     pl = sub.add_parser("plot", help="PNG curves of a run directory")
     pl.add_argument("run_dir")
     pl.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
     cp = sub.add_parser("compare", help="several arms x seeds under an equal budget, then a Markdown + PNG report")
-    cp.add_argument("--spec", help="comparison YAML (arms, seeds, budget, common, eval, output_dir)")
+    cp.add_argument("--spec", help="comparison YAML: arms, seeds, budget, output_dir, base_configs, common_configs, "
+                    "common, eval {num_samples, ks, limit, baseline}, max_steps_cap, max_idle_draws")
     cp.add_argument("--arm", action="append", default=[], metavar="'NAME=RECIPE[+RECIPE] [k=v ...]'",
                     help="an arm: recipe(s) plus overrides; repeatable")
     cp.add_argument("--seeds", help="comma-separated run seeds, e.g. 0,1,2")
@@ -64,10 +66,25 @@ def _load_config(args: argparse.Namespace):
     from rlvr.tasks import validate_task_config
     from rlvr.trainer.components import validate_components
 
+    resume = getattr(args, "resume", None)
+    if resume and "=" in resume and not Path(resume).exists():  # `--resume key=value`: an override, not a path
+        args.overrides = [resume, *args.overrides]
+        args.resume = "auto"
     cfg = build_config(args.config, args.overrides)
     validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
 
 
 def _resume_target(cfg, mode: str):
@@ -175,6 +192,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare.harness import Arm, Budget, CompareSpec, run_compare
     from rlvr.compare.report import write_report
 
+    if args.spec and not Path(args.spec).is_file():
+        raise ConfigError(f"--spec {args.spec}: no such file (a comparison YAML: arms, seeds, budget, ...)")
     d = yaml.safe_load(Path(args.spec).read_text()) if args.spec else {}
     if args.spec and not isinstance(d, dict):
         raise ConfigError(f"--spec {args.spec}: expected a mapping")
@@ -183,7 +202,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.arm:
         spec.arms = [Arm.parse(a) for a in args.arm]
     if args.seeds:
-        spec.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        try:
+            spec.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2") from None
     if args.budget:
         spec.budget = Budget.parse(args.budget)
     elif not d.get("budget"):

@@ -136,6 +136,15 @@ def test_parsing_and_validation(tmp_path):
     with pytest.raises(ConfigError, match="arm 'bad'"):
         CompareSpec(arms=[Arm.parse("bad=grpo learning_rte=1")], seeds=[0], budget=Budget("steps", 1),
                     output_dir=str(tmp_path)).run_config(Arm.parse("bad=grpo learning_rte=1"), 0, tmp_path)
+    # the spec's own structure: typos and wrong shapes are errors, not silent defaults
+    base = {"arms": ["grpo"], "budget": {"steps": 1}}
+    for extra, match in (({"eval": {"num_sample": 4}}, "eval must be a mapping"),
+                         ({"arms": [{"name": "g", "confg": ["grpo"]}]}, "unknown \\['confg'\\]"),
+                         ({"common": "testbed"}, "common must be a list.*common_configs"),
+                         ({"seeds": "0,1"}, "seeds must be a list of integers")):
+        with pytest.raises(ConfigError, match=match):
+            CompareSpec.from_dict({**base, **extra})
+    assert CompareSpec.from_dict({**base, "seeds": 3}).seeds == [3]
 
 
 def test_summary_statistics_by_hand():
@@ -153,6 +162,10 @@ def test_cli_compare_requires_budget_and_reports(tmp_path, capsys):
     from rlvr.cli import main
 
     assert main(["compare", "--arm", "grpo", "--out", str(tmp_path / "c")]) == 2
+    assert main(["compare", "--spec", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["compare", "--arm", "grpo", "--budget", "steps=1", "--seeds", "0,a", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.yaml: no such file" in err and "expected comma-separated integers" in err
     assert main(["compare", "--arm", "grpo", "--budget", "steps=2", "--out", str(tmp_path / "c"), "--report-only"]) == 0
     assert (tmp_path / "c" / "report.md").exists()
 

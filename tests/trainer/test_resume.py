@@ -276,3 +276,35 @@ def test_dynamic_sampling_carry_and_schedule_state_survive_a_checkpoint(tmp_path
     assert len(tr2._carry) == len(carry) and all(batches_equal(a, b) for a, b in zip(carry, tr2._carry))
     assert got["seen"] == 3 and torch.equal(got["tensors"]["buf"], torch.arange(4.0))
     assert tr2.generation_round == tr.generation_round and tr2.loader.state_dict() == tr.loader.state_dict()
+
+
+def test_resumed_run_rewrites_the_steps_after_its_checkpoint_once(tmp_path, tiny):
+    """Steps logged after the checkpoint (then lost with the process) are redone: metrics.jsonl keeps
+    each step once, not the stale row and the redone one."""
+    run = tmp_path / "run"
+    _trainer(run, tiny, "max_steps=3", "save_steps=2").train()  # checkpoint-2, then step 3 logged
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "torn')  # a torn last line from a kill
+    tr = _trainer(run, tiny, "max_steps=3", "save_steps=2")
+    load_checkpoint(tr, run / "checkpoint-2")
+    tr.train()
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_cli_resume_followed_by_an_override_and_eval_limit_validation(tmp_path, capsys):
+    import argparse
+
+    from rlvr.cli import _load_config, build_parser
+
+    args = build_parser().parse_args(["train", "--resume", "max_steps=3", "learning_rate=1e-5"])
+    cfg = _load_config(args)
+    assert args.resume == "auto" and cfg.max_steps == 3 and cfg.learning_rate == 1e-5
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(["eval", "--limit", bad])
+        assert exc.value.code == 2
+    assert "expected an integer >= 1" in capsys.readouterr().err
+    assert isinstance(build_parser().parse_args(["eval", "--limit", "4"]), argparse.Namespace)

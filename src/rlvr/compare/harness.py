@@ -179,21 +179,36 @@ class CompareSpec:
         bad = set(d) - known
         if bad:
             raise ConfigError(f"compare spec: unknown keys {sorted(bad)}; valid: {sorted(known)}")
+        for key in ("arms", "base_configs", "common_configs", "common"):
+            if key in d and d[key] is not None and not isinstance(d[key], list):
+                raise ConfigError(f"compare spec: {key} must be a list, got {type(d[key]).__name__} {d[key]!r}"
+                                  + ("; recipes shared by every arm go under common_configs" if key == "common" else ""))
         arms = []
         for a in d.get("arms") or []:
             if isinstance(a, str):
                 arms.append(Arm.parse(a))
             elif isinstance(a, dict):
+                bad_arm = set(a) - {"name", "config", "configs", "overrides"}
+                if bad_arm or "name" not in a:
+                    raise ConfigError(f"compare spec: arm {a!r}: keys are name, config (list of recipes), overrides; "
+                                      f"unknown {sorted(bad_arm)}" if bad_arm else f"compare spec: arm {a!r} needs a name")
                 cfgs = a.get("config", a.get("configs", []))
                 arms.append(Arm(_check_name(str(a["name"])), [cfgs] if isinstance(cfgs, str) else list(cfgs),
                                 [str(o) for o in a.get("overrides", [])]))
             else:
                 raise ConfigError(f"compare spec: an arm must be a string or a mapping, got {a!r}")
         ev = d.get("eval") or {}
+        if not isinstance(ev, dict) or set(ev) - {"num_samples", "ks", "limit", "baseline"}:
+            raise ConfigError(f"compare spec: eval must be a mapping with keys num_samples, ks, limit, baseline; "
+                              f"got {ev!r}")
+        seeds = d.get("seeds", [0])
+        seeds = [seeds] if isinstance(seeds, int) else seeds
+        if not isinstance(seeds, list) or not all(isinstance(x, int) for x in seeds):
+            raise ConfigError(f"compare spec: seeds must be a list of integers, got {d.get('seeds')!r}")
         if "budget" not in d:
             raise ConfigError("compare spec: budget is required (steps=N, rollouts=N or tokens=N)")
         return CompareSpec(
-            arms=arms, seeds=[int(s) for s in d.get("seeds", [0])], budget=Budget.parse(d["budget"]),
+            arms=arms, seeds=seeds, budget=Budget.parse(d["budget"]),
             output_dir=str(d.get("output_dir", "runs/compare")), base_configs=list(d.get("base_configs", [])),
             common_configs=list(d.get("common_configs", [])),
             common=[str(o) for o in d.get("common", [])], eval_num_samples=int(ev.get("num_samples", 8)),

@@ -17,6 +17,27 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _drop_rows_after(path: Path, step: int) -> None:
+    """Rewrite ``path`` (atomically) without JSON rows whose ``step`` exceeds ``step``; a torn last line
+    is dropped too. Nothing happens when there is nothing to drop."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    keep = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(row, dict) or int(row.get("step", 0)) <= step:
+            keep.append(line)
+    if len(keep) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+    tmp.replace(path)
+
+
 class RunLogger:
     """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
     completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA.
@@ -26,7 +47,8 @@ class RunLogger:
     Args:
         output_dir: the run directory (created).
         total_steps: the run's optimizer-step budget, for the progress bar.
-        start_step: steps already done (resume).
+        start_step: steps already done (resume). Rows of ``metrics.jsonl`` past it (steps that ran after
+            the checkpoint and are now redone) are dropped, so every step appears once.
         tensorboard: write TensorBoard event files under ``output_dir/tb``.
         progress: show the progress bar.
     """
@@ -37,6 +59,8 @@ class RunLogger:
     ) -> None:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        if start_step > 0:
+            _drop_rows_after(self.dir / "metrics.jsonl", start_step)
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
         self._completions = open(self.dir / "completions.jsonl", "a", encoding="utf-8")
         self._tb = None
