@@ -76,7 +76,7 @@ def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple
         summary[a] = {"n": len(rows)}
         for key, _, nd in COLUMNS:
             m, s = mean_spread([r.get(key, math.nan) for r in rows])
-            cells.append(_fmt(m, s, nd))
+            cells.append(_fmt(m, s, nd) if len(rows) > 1 or math.isnan(m) else f"{m:.{nd}f}")  # no spread of 1 seed
             summary[a][key] = [m, s]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), summary
@@ -180,7 +180,7 @@ def write_report(out: str | Path, *, arms: Sequence[str], seeds: Sequence[int], 
         f"# {title or 'rlvr compare: ' + out.name}",
         "",
         f"Budget per run: **{b}** (equal for every arm). Seeds: {', '.join(map(str, seeds))}. "
-        "Cells are mean ± sample std over seeds.",
+        "Cells are mean ± sample std over seeds (a single seed's value alone).",
         "",
         table,
         "",
