@@ -105,7 +105,8 @@ def build_task(cfg: TaskConfig) -> Task:
             task = RewardFnTask(task, cfg.reward_fn, correct_threshold=cfg.correct_threshold)
         return task
     if cfg.type != "reasoning_gym" and cfg.config:
-        warnings.warn(f"task.config is used only by task.type=reasoning_gym; ignored for {cfg.type}", stacklevel=2)
+        warnings.warn(f"task.config is read only by task.type=reasoning_gym and testbed; ignored for {cfg.type}",
+                      stacklevel=2)
     task: Task
     if cfg.type == "reasoning_gym":
         task = ReasoningGymTask(
