@@ -114,6 +114,7 @@ def build(args: argparse.Namespace, out_dir: Path):
 # ------------------------------------------------------------------------------------------ rlvr
 def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
     import rlvr.trainer.update as upd
+    from rlvr.trainer.forward import shares_context
     from rlvr.trainer.trainer import Trainer
 
     out_dir = Path(args.run_dir) / "rlvr"
@@ -129,8 +130,7 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
         acc["logprobs"] += time.perf_counter() - t
         n_c = int(micro.completion_mask.sum())
         acc["completion_tokens"] += n_c
-        shared = kw.get("share_prompt", True) and len(micro) > 1 and all(
-            c == micro.context_ids[0] for c in micro.context_ids[1:])
+        shared = kw.get("share_prompt", True) and shares_context(micro)
         ctx = len(micro.context_ids[0]) if shared else sum(len(c) for c in micro.context_ids)
         acc["body_tokens"] += n_c + ctx  # tokens the body actually runs (a shared prompt once)
         return r

@@ -134,6 +134,14 @@ class RolloutBatch:
         """``[N]`` long: generated tokens per row."""
         return self.completion_mask.sum(dim=1).long()
 
+    def generated_rows(self, view_only_kinds: Sequence[str] = ()) -> list[int]:
+        """Indices of the rows that hold generated sequences: all rows except those whose
+        ``context_kind`` is in ``view_only_kinds`` (a second view of tokens another row holds, e.g.
+        FBOS-RL's ``feedback`` rows, declared by the sampler's ``view_only_kinds``)."""
+        if not view_only_kinds or self.context_kind is None:
+            return list(range(len(self)))
+        return [i for i, k in enumerate(self.context_kind) if k not in view_only_kinds]
+
     def select(self, index: Sequence[int] | torch.Tensor) -> "RolloutBatch":
         """Rows ``index`` (in that order) as a new batch; per-row fields are indexed, ``problems`` is
         shared and ``meta`` is copied (shallow).

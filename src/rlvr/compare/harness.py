@@ -306,11 +306,8 @@ def generated_counts(batch: Any, view_only_kinds: tuple[str, ...] = ()) -> tuple
     """``(sequences, tokens)`` a sampler generated for ``batch``: rows whose ``context_kind`` is in
     ``view_only_kinds`` repeat another row's tokens under a second context (FBOS-RL's ECC view) and are
     not counted again."""
-    mask = batch.completion_mask
-    if view_only_kinds and batch.context_kind is not None:
-        keep = [k not in view_only_kinds for k in batch.context_kind]
-        return sum(keep), int(mask[keep].sum())
-    return len(batch), int(mask.sum())
+    rows = batch.generated_rows(view_only_kinds)
+    return len(rows), int(batch.completion_mask[rows].sum())
 
 
 CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", "actor/entropy", "actor/grad_norm",
@@ -362,18 +359,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         shutil.rmtree(run_dir)  # an unfinished run: start it afresh
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    if model_factory is None:
-        from rlvr.models import load_policy
-
-        model, tok = load_policy(cfg.model)
-    else:
-        model, tok = model_factory(cfg)
-    if task_factory is None:
-        from rlvr.tasks import build_task
-
-        task = build_task(cfg.task)
-    else:
-        task = task_factory(cfg)
+    model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
     trainer = Trainer(cfg, model, tok, task)
     meter = BudgetMeter(trainer.sampler, spec.budget, progress=lambda: trainer.global_step,
                         max_idle_draws=spec.max_idle_draws)
@@ -455,6 +441,25 @@ def _run_in_worker(spec: CompareSpec, arm: Arm, seed: int, threads: int) -> dict
     return _guarded(spec, arm, seed, None, None, lambda m: print(m, flush=True))
 
 
+def _load_model_and_task(cfg: Any, model_factory: Callable[[Any], tuple[Any, Any]] | None,
+                         task_factory: Callable[[Any], Any] | None) -> tuple[Any, Any, Any]:
+    """``(model, tokenizer, task)`` of a run config: the factories when given, else
+    :func:`rlvr.models.load_policy` and :func:`rlvr.tasks.build_task`."""
+    if model_factory is None:
+        from rlvr.models import load_policy
+
+        model, tok = load_policy(cfg.model)
+    else:
+        model, tok = model_factory(cfg)
+    if task_factory is None:
+        from rlvr.tasks import build_task
+
+        task = build_task(cfg.task)
+    else:
+        task = task_factory(cfg)
+    return model, tok, task
+
+
 def _held_out_eval(spec: CompareSpec, cfg: Any, model: Any, tok: Any, task: Any) -> dict[str, Any]:
     """The comparison's held-out evaluation (same problems, samples and seed for every run)."""
     from rlvr.eval.evaluate import evaluate
@@ -473,18 +478,7 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     and write ``OUT/initial/seed<k>/result.json`` (eval keys only)."""
     run_dir = Path(spec.output_dir) / BASELINE / f"seed{seed}"
     cfg = spec.run_config(spec.arms[0], seed, run_dir)
-    if model_factory is None:
-        from rlvr.models import load_policy
-
-        model, tok = load_policy(cfg.model)
-    else:
-        model, tok = model_factory(cfg)
-    if task_factory is None:
-        from rlvr.tasks import build_task
-
-        task = build_task(cfg.task)
-    else:
-        task = task_factory(cfg)
+    model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
     ev = _held_out_eval(spec, cfg, model, tok, task)
     result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0,
               **{f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)}}

@@ -76,7 +76,7 @@ def completion_logprobs(
         raise ValueError("completion_logprobs: every row needs at least one context token")
     mask = batch.completion_mask > 0  # [n, T]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
-    if share_prompt and len(batch) > 1 and all(c == batch.context_ids[0] for c in batch.context_ids[1:]):
+    if share_prompt and shares_context(batch):
         h = shared_context_hidden(model, batch, rows, cols, pad_token_id)  # [k, H]
     else:
         input_ids, attn, pred_pos = build_inputs(batch, pad_token_id)
@@ -95,6 +95,12 @@ def completion_logprobs(
     if ent_sel is not None:
         entropy = torch.zeros(mask.shape, dtype=ent_sel.dtype).index_put((rows, cols), ent_sel)
     return logp, entropy
+
+
+def shares_context(batch: RolloutBatch) -> bool:
+    """True when the batch has ≥ 2 rows and all of them have the same ``context_ids`` (one group's
+    completions), i.e. when :func:`completion_logprobs` can run the context once."""
+    return len(batch) > 1 and all(c == batch.context_ids[0] for c in batch.context_ids[1:])
 
 
 def length_buckets(lengths: list[int], overhead: int = 32) -> list[list[int]]:
@@ -168,6 +174,7 @@ def shared_context_hidden(
     pieces: list[torch.Tensor] = []  # per bucket: [m·w, H] states, row-major
     offset = torch.zeros(len(batch), dtype=torch.long)  # row → start of its states in the concatenation
     pos_total = 0
+    cache_kw = _cache_kwarg(base)
     for bucket in length_buckets([max(1, k) for k in lengths]):
         m = len(bucket)
         w = max(1, max(lengths[i] for i in bucket))
@@ -176,7 +183,7 @@ def shared_context_hidden(
         cache = DynamicCache(ddp_cache_data=[(k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)) for k, v in kv],
                              config=getattr(model, "config", None))
         pos = torch.arange(C, C + w, dtype=torch.long)[None].expand(m, w)
-        h = base(input_ids=ids, position_ids=pos, use_cache=True, **{_cache_kwarg(base): cache}).last_hidden_state
+        h = base(input_ids=ids, position_ids=pos, use_cache=True, **{cache_kw: cache}).last_hidden_state
         pieces.append(h.reshape(m * w, H))
         for r, i in enumerate(bucket):
             offset[i] = pos_total + r * w

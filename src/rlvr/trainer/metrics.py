@@ -27,10 +27,9 @@ def rollout_metrics(batch: RolloutBatch, view_only_kinds: tuple[str, ...] = ()) 
     ``completions/mean_terminated_length``, ``advantages/mean``, ``advantages/abs_mean`` (when set).
     """
     assert batch.rewards is not None, "rollout_metrics needs a scored batch"
-    if view_only_kinds and batch.context_kind is not None:
-        keep = [i for i, k in enumerate(batch.context_kind) if k not in view_only_kinds]
-        if keep and len(keep) < len(batch):
-            batch = batch.select(keep)
+    keep = batch.generated_rows(view_only_kinds)
+    if keep and len(keep) < len(batch):
+        batch = batch.select(keep)
     r = batch.rewards.float()
     lengths = batch.completion_lengths.float()
     term = lengths[~batch.is_truncated]
