@@ -217,10 +217,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     spec.common += args.overrides
     spec.__post_init__()
     if args.report_only:
-        from rlvr.compare.harness import BASELINE
-
-        names = ([BASELINE] if spec.eval_baseline else []) + [a.name for a in spec.arms]
-        path = write_report(spec.output_dir, arms=names, seeds=spec.seeds, budget=spec.budget)
+        path = write_report(spec.output_dir, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     else:
         run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs)
         path = Path(spec.output_dir) / "report.md"

@@ -217,6 +217,10 @@ class CompareSpec:
             max_steps_cap=int(d.get("max_steps_cap", 100_000)), max_idle_draws=int(d.get("max_idle_draws", 100)),
         )
 
+    def report_arms(self) -> list[str]:
+        """Row names of the report: the untrained policy first (with ``eval_baseline``), then the arms."""
+        return ([BASELINE] if self.eval_baseline else []) + [a.name for a in self.arms]
+
     def to_dict(self) -> dict[str, Any]:
         """The inverse of :meth:`from_dict` (YAML-serialisable)."""
         return {
@@ -585,6 +589,5 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     if report:
         from rlvr.compare.report import write_report
 
-        names = ([BASELINE] if spec.eval_baseline else []) + [a.name for a in spec.arms]
-        write_report(out, arms=names, seeds=spec.seeds, budget=spec.budget)
+        write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.compare.harness import Budget, read_curve, smooth
+from rlvr.compare.harness import BASELINE, Budget, read_curve, smooth
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("reward/final", "final reward", 3),
@@ -186,7 +186,7 @@ def write_report(out: str | Path, *, arms: Sequence[str], seeds: Sequence[int], 
         "",
         "- *final reward*: mean training reward over the last rounds (≤ 5); *best*: max of its moving average.",
         "- *held-out pass@k*: unbiased estimator on the task's eval split after training"
-        + ("; the row *initial* is the untrained policy, evaluated the same way." if "initial" in arms else "."),
+        + ("; the row *initial* is the untrained policy, evaluated the same way." if BASELINE in arms else "."),
         "- *entropy*: mean per-token policy entropy over the last steps; *grad norm*: mean pre-clip norm.",
         "- *zero-std groups*: fraction of groups whose rewards were all equal (no GRPO signal).",
         "",
