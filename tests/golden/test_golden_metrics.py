@@ -1,0 +1,43 @@
+"""Behaviour must not change under refactoring: every built-in recipe, seeded, 3 steps on the tiny
+model, gives the logged scalars recorded in ``golden_metrics.json`` (see ``golden_cases.py``; the
+runs are rebuilt from the recorded resolved config, so another branch changing a default does not move
+them).
+
+Intended changes since the first recording (each regenerated with ``golden_cases.py <case>``):
+
+* (none yet)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from golden_cases import CASES, FIXTURE, run_config
+
+GOLDEN = json.loads(FIXTURE.read_text())
+REL, ABS = 1e-4, 1e-5
+
+
+def test_every_case_is_recorded():
+    assert sorted(GOLDEN) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_metrics(name, tmp_path):
+    want = GOLDEN[name]
+    got = run_config(want["config"], want["task"], tmp_path)
+    assert len(got) == len(want["steps"]), f"{name}: {len(got)} logged steps, recorded {len(want['steps'])}"
+    for step, (g, w) in enumerate(zip(got, want["steps"]), start=1):
+        assert sorted(g) == sorted(w), (
+            f"{name} step {step}: metric names differ; new {sorted(set(g) - set(w))}, "
+            f"missing {sorted(set(w) - set(g))}"
+        )
+        bad = [
+            f"{k}: got {g[k]!r}, recorded {w[k]!r}"
+            for k in sorted(w)
+            if not (math.isnan(w[k]) and math.isnan(g[k])) and g[k] != pytest.approx(w[k], rel=REL, abs=ABS)
+        ]
+        assert not bad, f"{name} step {step}:\n  " + "\n  ".join(bad)
