@@ -1,0 +1,181 @@
+"""Structure metrics of ``src/rlvr`` for issue 13 (the trainer / schedule / sampler seam).
+
+Prints, and writes to ``benchmarks/results/seam_metrics.json`` (or ``--out``):
+
+* files over 400 lines, functions (and methods) over 80 lines;
+* import cycles among rlvr modules — every ``import`` / ``from … import`` anywhere in a module (top level
+  or inside a function) and ``importlib.import_module("rlvr…")`` with a literal name count as an edge, so
+  lazy back-imports are cycles too; a package's ``__init__`` importing its submodules (also via ``pkgutil``) is an edge too;
+* upward imports: an edge from a lower layer to a higher one, layers per ``docs/architecture.md``;
+* private imports across packages (``from rlvr.x import _name``);
+* the grep of the issue's "done when" (control keys in ``meta``, variant names under ``trainer/``).
+
+Run: ``python benchmarks/seam_metrics.py [--src src/rlvr] [--out FILE]`` (pure ``ast``; no imports of rlvr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+from pathlib import Path
+
+# lower number = lower layer; a module may import its own layer or lower ones
+LAYERS = {
+    "errors": 0, "types": 0, "registry": 0, "core": 1, "config": 1, "config_sections": 1,
+    "models": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2,
+    "testbed": 3, "samplers": 3, "schedules": 4, "trainer": 5, "variants": 6, "testing": 6,
+    "eval": 7, "compare": 7, "cli": 8, "__main__": 8, "__init__": 0,
+}
+
+
+def module_name(path: Path, src: Path) -> str:
+    rel = path.relative_to(src.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer(mod: str) -> int | None:
+    parts = mod.split(".")
+    if len(parts) < 2:
+        return 0
+    return LAYERS.get(parts[1])
+
+
+def imports_of(tree: ast.AST, mod: str, is_pkg: bool) -> list[tuple[str, list[str]]]:
+    """``(imported module, names)`` for every rlvr import in the module."""
+    out = []
+    pkg = mod if is_pkg else mod.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("rlvr")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = pkg.split(".")
+                up = up[: len(up) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            if base.startswith("rlvr"):
+                out.append((base, [a.name for a in node.names]))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+            if node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("rlvr"):
+                out.append((str(node.args[0].value), []))
+    if any(isinstance(n, ast.Attribute) and n.attr == "import_module" for n in ast.walk(tree)):
+        # importlib.import_module(name) with the name from a literal elsewhere in the module (a loop)
+        out += [(n.value, []) for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"rlvr(\.\w+)*", n.value)]
+    if is_pkg and "iter_modules" in ast.unparse(tree):  # a package importing all its submodules
+        out.append((f"{mod}.*", []))
+    return out
+
+
+def resolve(name: str, names: list[str], known: set[str]) -> list[str]:
+    """Modules an import statement loads: ``from rlvr.a import b`` is module ``rlvr.a.b`` if that exists."""
+    if name.endswith(".*"):
+        return sorted(k for k in known if k.startswith(name[:-1]))
+    mods = []
+    for n in names:
+        if f"{name}.{n}" in known:
+            mods.append(f"{name}.{n}")
+    while name not in known and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return mods + [name]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--src", default="src/rlvr")
+    ap.add_argument("--out", default="benchmarks/results/seam_metrics.json")
+    args = ap.parse_args()
+    src = Path(args.src)
+    files = sorted(src.rglob("*.py"))
+    known = {module_name(f, src) for f in files}
+    long_files, long_funcs, upward, private = [], [], [], []
+    graph: dict[str, set[str]] = {}
+    for f in files:
+        text = f.read_text()
+        tree = ast.parse(text)
+        mod = module_name(f, src)
+        n_lines = len(text.splitlines())
+        if n_lines > 400:
+            long_files.append((str(f.relative_to(src)), n_lines))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long_funcs.append((f"{f.relative_to(src)}:{node.name}", n))
+        edges = graph.setdefault(mod, set())
+        for name, names in imports_of(tree, mod, f.name == "__init__.py"):
+            for target in resolve(name, names, known):
+                if target == mod:
+                    continue
+                edges.add(target)
+                a, b = layer(mod), layer(target)
+                if a is not None and b is not None and b > a:
+                    upward.append(f"{mod} -> {target}")
+            if name.split(".")[:2] != mod.split(".")[:2]:
+                private += [f"{mod} -> {name}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+    trainer_text = "\n".join(p.read_text() for p in (src / "trainer").glob("*.py"))
+    variant_words = sorted({w for w in re.findall(r"\b(FBOS|UEC|EPA|ECC|explore)\b", trainer_text, flags=re.I)})
+    all_text = "\n".join(p.read_text() for p in files)
+    meta_keys = re.findall(r'meta\["before_update"\]|loss_kwargs_fn|meta\.get\("loss_settings"', all_text)
+    res = {
+        "files_over_400_lines": sorted(long_files, key=lambda x: -x[1]),
+        "functions_over_80_lines": sorted(long_funcs, key=lambda x: -x[1]),
+        "import_cycles": cycles(graph),
+        "upward_imports": sorted(set(upward)),
+        "private_cross_package_imports": sorted(set(private)),
+        "trainer_mentions_variant_words": variant_words,
+        "meta_control_key_hits": len(meta_keys),
+    }
+    for k, v in res.items():
+        print(f"{k}: {len(v) if isinstance(v, list) else v}")
+        if isinstance(v, list):
+            for x in v:
+                print(f"    {x}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
