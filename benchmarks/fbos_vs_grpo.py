@@ -125,13 +125,13 @@ def main() -> None:
         diag = {"rescued_frac": gm.get("fbos/rescued_frac"), "triggered_frac": gm.get("fbos/triggered_frac")}
         for kind in ("shaping", "trunc_is", "plain"):
             tr.cfg.fbos.epa_offpolicy_weight = kind
-            epa = tr.schedule.plan(tr, batch)[0]
-            res = policy_update(tr.model, tr.optimizer, epa, epa.meta["loss_settings"], pad_token_id=tr.pad_token_id,
+            epa = tr.schedule.plan(batch, tr.plan_ctx)[0]
+            res = policy_update(tr.model, tr.optimizer, epa.batch, epa.loss_settings, pad_token_id=tr.pad_token_id,
                                 rows_per_micro=8, max_grad_norm=None, step_optimizer=False,
-                                loss_kwargs_fn=epa.meta["loss_kwargs_fn"])
+                                loss_inputs=epa.loss_inputs)
             tr.optimizer.zero_grad(set_to_none=True)
             diag[kind] = {"grad_norm": res.metrics["actor/grad_norm"], "loss": res.metrics["loss/policy"],
-                          "offpolicy_weight_mean": epa.meta["update_metrics"]["fbos/offpolicy_weight_mean"]}
+                          "offpolicy_weight_mean": epa.metrics["fbos/offpolicy_weight_mean"]}
             print(f"diag {kind}: {diag[kind]}", flush=True)
         summary["diagnostic"] = diag
     summary["total_s"] = round(time.perf_counter() - t_start, 1)

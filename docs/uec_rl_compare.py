@@ -33,7 +33,8 @@ from rlvr.config import build_config
 from rlvr.eval.evaluate import evaluate
 from rlvr.samplers.group import GroupSampler, PromptEncoder
 from rlvr.tasks import build_task
-from rlvr.trainer.replay import mean_token_entropy
+from rlvr.schedules.uec_replay import mean_token_entropy
+from rlvr.testing import ModelPlanContext
 from rlvr.trainer.trainer import Trainer
 from rlvr.types import SamplingParams
 
@@ -66,7 +67,7 @@ def run_phase(name, cfg, model, tok, task, probe, args, budget_rollouts, t_cap, 
 
     def sample(*a, **kw):
         done = sampler.totals["rollouts/regular"] + sampler.totals["rollouts/explore"]
-        ent = mean_token_entropy(model, probe, pad_token_id=tr.pad_token_id)
+        ent = mean_token_entropy(ModelPlanContext(model, tr.pad_token_id), probe)
         if rounds:
             rounds[-1]["probe_entropy_after"] = ent
         if done >= budget_rollouts or time.perf_counter() - t0 > t_cap:

@@ -88,7 +88,7 @@ class RLConfig(_Strict):
     overlong_penalty_factor: float = 1.0
     old_logprob_source: Literal["trainer", "sampler"] = "trainer"
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-    # composable parts (registries in rlvr.trainer.components / rlvr.trainer.schedule)
+    # composable parts (registries in rlvr.parts, rlvr.schedules, rlvr.core; checked by trainer.components)
     sampler: str = "group"
     schedule: str = "on_policy"
     loss_masks: list[str] = Field(default_factory=list)

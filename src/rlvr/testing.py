@@ -59,3 +59,43 @@ def small_config(output_dir: str | Path, *overrides: str) -> Any:
         f"logging.output_dir={output_dir}", "logging.progress=false", "logging.log_completions_steps=1",
     ]
     return build_config(overrides=base + list(overrides))
+
+
+class ModelPlanContext:
+    """A :class:`rlvr.schedules.PlanContext` over a bare model, for testing schedules without a trainer.
+
+    Args:
+        model: the policy ``logprobs`` runs (no grad, eval mode restored).
+        pad_token_id: padding id.
+        generation_round: the round a schedule plans (1-based; set it between ``plan`` calls).
+        settings: the run's loss settings (default :class:`rlvr.core.objective.LossSettings`).
+
+    Attributes:
+        actions: start actions run through :meth:`reset_optimizer` / :meth:`reshuffle_prompts` (names, in order).
+    """
+
+    def __init__(self, model: Any, pad_token_id: int, generation_round: int = 1, settings: Any = None,
+                 rows_per_micro: int = 8) -> None:
+        from rlvr.core.objective import LossSettings
+
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.generation_round = generation_round
+        self.settings = settings if settings is not None else LossSettings()
+        self.rows_per_micro = rows_per_micro
+        self.actions: list[str] = []
+
+    def logprobs(self, batch: Any, *, with_entropy: bool = False):
+        """``(logp [N, T], entropy [N, T] | None)`` under :attr:`model` (see :func:`rlvr.trainer.forward.batch_logprobs`)."""
+        from rlvr.trainer.forward import batch_logprobs
+
+        return batch_logprobs(self.model, batch, pad_token_id=self.pad_token_id, rows_per_micro=self.rows_per_micro,
+                              with_entropy=with_entropy)
+
+    def reset_optimizer(self) -> None:
+        """Record the action (there is no optimizer)."""
+        self.actions.append("reset_optimizer")
+
+    def reshuffle_prompts(self) -> None:
+        """Record the action (there is no loader)."""
+        self.actions.append("reshuffle_prompts")

@@ -17,6 +17,24 @@ import torch
 
 FinishReason = Literal["eos", "length"]
 
+# ---- context kinds (RolloutBatch.context_kind): set by samplers, read by estimators, filters, schedules
+KIND_REGULAR = "regular"
+"""A row sampled and scored under the task prompt (hard-prompt sampler's regular rows)."""
+KIND_EXPLORE = "explore"
+"""A targeted-exploration row on a zero-pass prompt (UEC-RL's hard-prompt sampler)."""
+KIND_ORIGINAL = "original"
+"""Sampled from the original prompt ``x`` and scored under it (FBOS-RL initial and fill rollouts)."""
+KIND_ORIGINAL_OFFPOLICY = "original_offpolicy"
+"""Sampled from a feedback-augmented prompt ``c_j``, scored under ``x``: FBOS-RL's EPA view of it."""
+KIND_FEEDBACK = "feedback"
+"""Sampled from a feedback-augmented prompt ``c_j`` and scored under it: FBOS-RL's ECC view."""
+
+
+def is_epa_kind(kind: str | None) -> bool:
+    """True for rows of FBOS-RL's EPA view (``original`` and ``original_offpolicy``; ``None`` counts as
+    ``original``)."""
+    return kind is None or kind in (KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY)
+
 
 @dataclass(frozen=True)
 class SamplingParams:

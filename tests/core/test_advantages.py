@@ -218,7 +218,7 @@ def test_registry_uniform_signature():
 
 
 def test_unknown_estimator_names_registry():
-    with pytest.raises(ValueError, match=r"registered names are 'grpo', .*'rloo'") as e:
+    with pytest.raises(ValueError, match=r"adv_estimator: unknown name 'gae' .*'grpo', .*'rloo'") as e:
         get_adv_estimator("gae")
     assert isinstance(e.value, KeyError)
     assert isinstance(e.value, UnknownNameError)

@@ -5,7 +5,20 @@ them).
 
 Intended changes since the first recording (each regenerated with ``golden_cases.py <case>``):
 
-* (none yet)
+* Issue 13 (one preparation path): reward shaping now runs before the advantages of every sampler.
+  Before, the tree and feedback samplers set advantages themselves, so the overlong penalty and
+  ``kl_in_reward`` only moved ``reward/mean`` and left the loss with no KL at all.
+
+  - ``ib_tpo_overlong``: from step 1 the tree advantages see the penalty (``advantages/*``, ``ib/I_mean``,
+    ``ib/score_mean``, ``ib/adv_*_abs``, ``loss/*``, ``actor/grad_norm``); the run then diverges, so every
+    later rollout metric differs too.
+  - ``ib_tpo_kl_in_reward``: step 3 (round 2; in round 1 π_old = π_ref so KL = 0): the same tree metrics.
+  - ``fbos_rl_kl_in_reward``: step 3 (round 2): ``loss/epa``, ``loss/ecc`` (was 0: the ECC view's
+    unshaped rewards were all equal), ``epa/loss/*``, ``epa/actor/grad_norm``.
+
+  The eight built-in recipes gave the same numbers before and after the redesign. The FBOS cases'
+  recorded config says ``adv_estimator: fbos`` (was ``grpo``; the FBOS view advantages became the
+  registered estimator ``fbos``, a rename with the same numbers).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ round-robin parents, budget parity, the two views of the same tokens (spec §2.2
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from rlvr.samplers.group import PromptEncoder
 from rlvr.tasks.base import Problem, Verdict
 from rlvr.tasks.feedback import make_feedback
 from rlvr.types import Generation, SamplingParams
+from rlvr.variants.fbos import fbos_advantages
 
 MARK = "<previous_attempt>"
 
@@ -73,7 +75,15 @@ def make_sampler(tok, script, **fbos):
     engine = ScriptedEngine(tok, script)
     enc = PromptEncoder(tok, task.system_prompt, 256)
     s = FeedbackSampler(engine, enc, Scorer(task, tok), tok, tok.pad_token_id, FBOSConfig(**fbos),
-                        adv_kwargs={}, max_prompt_length=256)
+                        max_prompt_length=256)
+    sample = s.sample
+
+    def sample_with_advantages(*a, **k):  # the trainer runs the fbos estimator on what the sampler returns
+        b = sample(*a, **k)
+        fbos_advantages(b, SimpleNamespace(scale_rewards="group", adv_eps=1e-6, adv_std_unbiased=True, fbos=s.cfg))
+        return b
+
+    s.sample = sample_with_advantages
     return s, engine, task
 
 
@@ -236,7 +246,4 @@ def test_meta_reference_filter_initial_only_and_positive_only(tiny):
     b = s.sample(task.problems("train")[:1], 8, SamplingParams())
     assert KIND_ORIGINAL_OFFPOLICY not in b.context_kind and b.context_kind.count(KIND_FEEDBACK) == 4
     assert (b.advantages[:4] == 0).all()  # EPA = GRPO on the (all-fail) initial rollouts
-    s, _, _ = make_sampler(tok, script, epa_fb_positive_only=True)
-    b = s.sample(task.problems("train")[:1], 8, SamplingParams())
-    off = [a for a, k in zip(b.advantages.tolist(), b.context_kind) if k == KIND_ORIGINAL_OFFPOLICY]
-    assert len(off) == 2 and all(a > 0 for a in off)
+    # epa_fb_positive_only is applied by the fbos schedule (tests/schedules/test_fbos_schedule.py)

@@ -15,7 +15,9 @@ from rlvr.config import IBTPOConfig
 from rlvr.core import tree as T
 from rlvr.samplers.tree import IBTreeSampler, PromptTree, TokenTexts, segment_steps
 from rlvr.tasks.base import Problem
+from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import Generation, SamplingParams
+from rlvr.variants.ib_tpo import ib_tree_advantages
 
 EOS = 2
 
@@ -163,8 +165,10 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
     s = make_sampler(EqualCostEngine(5, 40), cap=40, budget=12 * 40, branch_score="ib", seed=3,
                      scorer=CoinScorer(3))
     batch = s.sample(PROBLEMS[:3], 8, PARAMS, first_group_id=100)
+    assert batch.advantages is None  # the sampler never sets advantages: the ib_tree estimator does
+    est_metrics = ib_tree_advantages(batch, SimpleNamespace(ib_tpo=s.ib))
     assert batch.meta["variable_group_sizes"] and set(batch.group_id.tolist()) == {100, 101, 102}
-    for ti, tree in zip(batch.meta["tree_index"], s.last_trees):
+    for ti, tree in zip((TreeIndex(**d) for d in batch.meta["tree_index"]), s.last_trees):
         for leaf, path, row in zip(tree.leaves, ti.paths, ti.rows):
             ids = [x for u in path for x in tree.nodes[u].tokens]
             k = int(batch.completion_mask[row].sum())
@@ -184,7 +188,7 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
         for p, c in enumerate(kids):
             if len(c) >= 2:
                 assert sum(ti.values[x] - ti.values[p] for x in c) == pytest.approx(0.0, abs=1e-12)
-    m = batch.meta["metrics"]
+    m = {**batch.meta["metrics"], **est_metrics}
     for key in ("ib/score_mean", "ib/H_mean", "ib/I_mean", "ib/eff_rate_prompt", "ib/eff_rate_node",
                 "ib/leaves_per_tree", "ib/leaves_per_budget", "ib/tokens_decode", "ib/tokens_prefill",
                 "ib/branch_depth_frac", "ib/gate_frac"):
@@ -250,11 +254,13 @@ def test_constant_reward_tree_gives_no_update_and_the_gradient_matches_by_hand(t
     settings = LossSettings(loss_agg_mode="token-mean")
     # 1) every leaf rewarded alike: advantages exactly 0, so no gradient at all
     same = s.extract([_tree_with_rewards(prompt, spans, parents, {3: 1.0, 5: 1.0})], [PROBLEMS[0]], PARAMS)
+    ib_tree_advantages(same, SimpleNamespace(ib_tpo=ib))
     assert same.advantages.abs().max() == 0
     policy_update(model, opt, same, settings, pad_token_id=0, rows_per_micro=8, step_optimizer=False)
     assert all(p.grad is None or p.grad.abs().max() == 0 for p in model.parameters())
     # 2) disagreeing leaves: gradient = ∇ of −Σ W·A·logp / Σ W (ratio 1 on-policy), by hand
     diff = s.extract([_tree_with_rewards(prompt, spans, parents, {3: 1.0, 5: 0.0})], [PROBLEMS[0]], PARAMS)
+    ib_tree_advantages(diff, SimpleNamespace(ib_tpo=ib))
     assert diff.advantages.abs().max() > 0
     policy_update(model, opt, diff, settings, pad_token_id=0, rows_per_micro=1, step_optimizer=False,
                   max_grad_norm=None)
@@ -282,11 +288,27 @@ def test_tree_training_end_to_end_on_the_tiny_model(tmp_path, tiny, toy_task):
     assert "actor/entropy" in last
 
 
-def test_ib_tree_estimator_without_the_tree_sampler_fails_clearly(tmp_path, tiny, toy_task):
-    from rlvr.trainer.trainer import Trainer
+def test_ib_tree_estimator_and_tree_sampler_only_together(tmp_path):
+    """Refused by config validation, before any model loads (either one alone used to be a silent
+    no-op or a late error)."""
+    from rlvr.errors import ConfigError
+    from rlvr.trainer.components import validate_components
 
-    factory, tok = tiny
-    cfg = small_config(tmp_path, "adv_estimator=ib_tree")
-    tr = Trainer(cfg, factory(0), tok, toy_task)
-    with pytest.raises(ValueError, match="sampler: tree"):
-        tr.generate_batch()
+    for over in (["adv_estimator=ib_tree"], ["sampler=tree"],
+                 ["sampler=tree", "adv_estimator=ib_tree", "dynamic_sampling.enable=true"],
+                 ["sampler=tree", "adv_estimator=ib_tree", "batch_filters=[uec_retention]"]):
+        with pytest.raises(ConfigError, match="sampler: tree|dynamic_sampling|per-sequence"):
+            validate_components(small_config(tmp_path, *over))
+    with pytest.raises(ValueError, match="sampler: tree"):  # called on a batch without a tree index
+        ib_tree_advantages(_toy_batch(), SimpleNamespace(ib_tpo=IBTPOConfig()))
+
+
+def _toy_batch():
+    from rlvr.types import RolloutBatch
+
+    return RolloutBatch(
+        context_ids=[[1]], completion_ids=torch.tensor([[5]]), completion_mask=torch.ones(1, 1),
+        group_id=torch.tensor([0]), prompt_index=torch.tensor([0]), is_truncated=torch.tensor([False]),
+        sampling_temperature=torch.ones(1), logprob_temperature=torch.ones(1), policy_version=torch.zeros(1, dtype=torch.long),
+        rewards=torch.ones(1),
+    )

@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from rlvr.core._registry import lookup
+from rlvr.registry import Registry
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -341,12 +341,16 @@ def rloo_advantages(rewards: torch.Tensor, group_id: torch.Tensor, **ignored) ->
     return adv.to(dt)
 
 
-ADV_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
-    "grpo": grpo_advantages,
-    "rloo": rloo_advantages,
-}
-"""Registry ``adv_estimator`` name → estimator with the :class:`AdvantageEstimator` signature.
-Variants add entries (e.g. IB-TPO's tree estimator). Source: grpo_core.md §3 (verl vocabulary)."""
+ADV_ESTIMATORS: Registry[Callable[..., torch.Tensor]] = Registry(
+    "adv_estimator", "rlvr.core.advantages.ADV_ESTIMATORS",
+    "Variants register their own estimators with @ADV_ESTIMATORS.register(name).",
+    {"grpo": grpo_advantages, "rloo": rloo_advantages},
+)
+"""Registry ``adv_estimator`` name → group estimator with the :class:`AdvantageEstimator` signature
+``(rewards [N], group_id [N], ...) -> [N]``. Estimators that need more of the batch than rewards and
+groups (a tree, context kinds) are batch-level ones, registered in
+:data:`rlvr.samplers.parts.BATCH_ADV_ESTIMATORS` under the same config key.
+Source: grpo_core.md §3 (verl vocabulary)."""
 
 
 def get_adv_estimator(name: str) -> Callable[..., torch.Tensor]:
@@ -354,16 +358,11 @@ def get_adv_estimator(name: str) -> Callable[..., torch.Tensor]:
 
     Raises:
         UnknownNameError: (a ``KeyError`` and ``ValueError``) the name is not registered; the message
-            lists the registered names.
+            lists the registered names and the nearest one.
 
     Source: grpo_core.md §3, §15.
     """
-    return lookup(
-        ADV_ESTIMATORS,
-        name,
-        "adv_estimator (rlvr.core.advantages.ADV_ESTIMATORS)",
-        "Variants register their own estimators in ADV_ESTIMATORS.",
-    )
+    return ADV_ESTIMATORS[name]
 
 
 # --------------------------------------------------------------------------------------------------

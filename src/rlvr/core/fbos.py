@@ -283,7 +283,7 @@ def epa_policy_loss(
     return loss, info
 
 
-POLICY_LOSSES["fbos_epa"] = epa_policy_loss
+POLICY_LOSSES.register("fbos_epa")(epa_policy_loss)
 
 
 def view_advantages(

@@ -6,9 +6,11 @@ Every mask is a ``[N, T]`` tensor; masks combine by multiplication and never bra
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["combine_masks", "truncation_mask"]
+__all__ = ["combine_masks", "loss_weights", "truncation_mask"]
 
 
 def truncation_mask(is_truncated: torch.Tensor, width: int) -> torch.Tensor:
@@ -73,3 +75,17 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor:
     for m in present[1:]:
         out = out * m.to(dtype)
     return out.expand(shape) if out.shape != shape else out
+
+
+def loss_weights(batch: Any, *, mask_truncated: bool) -> torch.Tensor:
+    """Effective loss weight ``W = M ⊙ w ⊙ truncation mask`` ``[N, T]`` of a batch.
+
+    Args:
+        batch: anything with ``completion_mask`` ``[N, T]``, ``token_weights`` ``[N, T] | None`` and
+            ``is_truncated`` ``[N]`` (a :class:`rlvr.types.RolloutBatch`).
+        mask_truncated: drop truncated rows (``mask_truncated_completions``).
+
+    Source: grpo_core.md §5.4.
+    """
+    trunc = truncation_mask(batch.is_truncated, batch.completion_mask.shape[1]) if mask_truncated else None
+    return combine_masks(batch.completion_mask, batch.token_weights, trunc)

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.core._registry import lookup
+from rlvr.registry import Registry
 
 __all__ = [
     "IMPORTANCE_SAMPLING_LEVELS",
@@ -197,9 +197,10 @@ def clipped_surrogate(
     return loss, info
 
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
-    "clipped": clipped_surrogate,
-}
+POLICY_LOSSES: Registry[Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = Registry(
+    "policy_loss", "rlvr.core.policy_loss.POLICY_LOSSES",
+    "Other objectives are registered with @POLICY_LOSSES.register(name).", {"clipped": clipped_surrogate},
+)
 """Registry ``policy_loss`` name → per-token loss function (signature in the module docstring).
 Source: grpo_core.md §12 (``policy_loss`` registry, default ``clipped``)."""
 
@@ -214,7 +215,7 @@ def get_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, to
 
     Source: grpo_core.md §12 (TRL ``loss_type`` translation).
     """
-    hint = "Other objectives are added as entries of rlvr.core.policy_loss.POLICY_LOSSES"
+    hint = ""
     if name in ("cispo", "sapo", "luspo", "vespo"):
         hint = (
             f"{name!r} is a separate objective, not part of the GRPO core; register it in "
@@ -225,4 +226,4 @@ def get_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, to
             f"TRL loss_type {name!r} is an aggregation choice in rlvr: use policy_loss='clipped' with the "
             "loss_agg_mode/seq_denominator of grpo_core.md §12"
         )
-    return lookup(POLICY_LOSSES, name, "policy_loss (rlvr.core.policy_loss.POLICY_LOSSES)", hint)
+    return POLICY_LOSSES.get(name, hint)

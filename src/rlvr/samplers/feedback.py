@@ -19,7 +19,8 @@ differs. Each prompt *generates* exactly ``num_generations`` sequences (``G1`` i
 feedback-guided or fill); the ``feedback`` rows are a second view of already generated tokens, not
 extra generations. EPA rows of prompt ``p`` share ``group_id = first_group_id + p``; ECC rows use
 ``−(first_group_id + p) − 1`` so the views never mix in group statistics. The sampler scores every
-row and sets the advantages of both views (the trainer keeps them).
+row; the advantages of both views are the batch-level estimator ``fbos``
+(:func:`rlvr.variants.fbos.fbos_advantages`), run by the trainer after reward shaping.
 """
 
 from __future__ import annotations
@@ -33,12 +34,20 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.core.advantages import zero_std_group_fraction
-from rlvr.core.fbos import ecc_advantages, view_advantages
 from rlvr.rewards import ScoreStats
 from rlvr.samplers.group import PromptEncoder, generations_to_batch
 from rlvr.tasks.base import Problem
 from rlvr.tasks.prompts import render_prompt
-from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
+from rlvr.types import (  # noqa: F401 (context kinds re-exported)
+    KIND_FEEDBACK,
+    KIND_ORIGINAL,
+    KIND_ORIGINAL_OFFPOLICY,
+    Generation,
+    GenerationRequest,
+    RolloutBatch,
+    SamplingParams,
+    is_epa_kind,
+)
 
 __all__ = [
     "DEFAULT_FAP_TEMPLATE",
@@ -53,13 +62,6 @@ __all__ = [
     "is_epa_kind",
     "round_robin_parents",
 ]
-
-KIND_ORIGINAL = "original"
-"""Sampled from the original prompt ``x`` and scored under it (initial and fill rollouts)."""
-KIND_ORIGINAL_OFFPOLICY = "original_offpolicy"
-"""Sampled from a FAP ``c_j``, scored under ``x``: the EPA view of a feedback-guided rollout."""
-KIND_FEEDBACK = "feedback"
-"""Sampled from a FAP ``c_j`` and scored under it: the ECC view of a feedback-guided rollout."""
 
 FEEDBACK_BLOCK = "\nFeedback from the automatic checker:\n{feedback}\n"
 """The feedback block of the FAP (left out at ``fbos.feedback_level=none``)."""
@@ -85,12 +87,6 @@ _ANSWER_WRONG = [
 ]
 _FORMAT_OK = "The answer format is correct, but the attempt did not solve the problem."
 _GENERIC_WRONG = "The final answer is incorrect."
-
-
-def is_epa_kind(kind: str | None) -> bool:
-    """True for rows of the EPA view (``original`` and ``original_offpolicy``; ``None`` counts as
-    ``original``)."""
-    return kind is None or kind in (KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY)
 
 
 def ecc_group_id(epa_group_id: int) -> int:
@@ -191,7 +187,6 @@ class FeedbackSampler:
         tokenizer: for decoding attempts and tokenizing FAPs.
         pad_token_id: right-padding id.
         fbos: the ``fbos.*`` sub-config (:class:`rlvr.config.FBOSConfig`).
-        adv_kwargs: ``scale_rewards``, ``adv_eps``, ``std_unbiased`` of the core GRPO estimator.
         max_prompt_length: the run's prompt cap, used for the default FAP cap.
 
     ``fbos.feedback_level=gt_hint`` is accepted with a ``UserWarning`` (it leaks the label).
@@ -215,7 +210,6 @@ class FeedbackSampler:
         pad_token_id: int,
         fbos: Any,
         *,
-        adv_kwargs: dict[str, Any] | None = None,
         max_prompt_length: int = 512,
     ) -> None:
         self.engine = engine
@@ -224,7 +218,6 @@ class FeedbackSampler:
         self.tokenizer = tokenizer
         self.pad_token_id = pad_token_id
         self.cfg = fbos
-        self.adv_kwargs = dict(adv_kwargs or {})
         self.fap_cap = fbos.fap_max_prompt_length or (max_prompt_length + fbos.prev_attempt_max_tokens + 256)
         self.meta_ref = [re.compile(p, re.I) for p in fbos.meta_ref_patterns]
         self.feedback_fn = _load_fn(fbos.feedback_fn) if fbos.feedback_fn else None
@@ -308,20 +301,45 @@ class FeedbackSampler:
         """Two rounds for ``len(problems)`` prompts, ``num_generations`` generated sequences each.
 
         Returns:
-            A scored batch with ``context_kind`` per row, EPA and ECC advantages set and
-            ``meta["metrics"]`` holding the ``fbos/*`` sampler metrics of spec §4.
+            A scored batch with ``context_kind`` per row, ``meta["fbos_parent_row"]`` (the row of each
+            feedback-guided row's failed parent attempt, −1 for the others; read by the ``fbos``
+            advantage estimator) and ``meta["metrics"]`` holding the ``fbos/*`` sampler metrics of spec §4.
+            No advantages: ``BATCH_ADV_ESTIMATORS["fbos"]`` computes them after reward shaping.
 
         Raises:
             ValueError: bad ``G1`` (see :meth:`split`).
             RuntimeError: the engine returned the wrong number of generations.
         """
-        cfg = self.cfg
         g1, g2 = self.split(num_generations)
-        P = len(problems)
         problems = list(problems)
         ctx_x = [self.encoder(p) for p in problems]
+        b1, gens1, s1 = self._initial_round(problems, ctx_x, g1, params, policy_version, first_group_id)
+        plan = self._plan_second_round(problems, ctx_x, b1, g1, g2)
+        b2, gens2, s2 = self._second_round(problems, plan, params, policy_version, first_group_id)
+        rows, meta_ref = self._rows(ctx_x, (b1, gens1), (b2, gens2), plan, g1, first_group_id)
+        batch = generations_to_batch(
+            [r.context for r in rows], [r.generation for r in rows], group_ids=[r.group_id for r in rows],
+            prompt_index=[r.prompt for r in rows], problems=problems, pad_token_id=self.pad_token_id,
+            temperature=params.temperature, policy_version=policy_version,
+        )
+        batch.context_kind = [r.kind for r in rows]
+        batch.rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
+        batch.correct = torch.tensor([r.correct for r in rows], dtype=torch.bool)
+        batch.feedback = [r.feedback for r in rows]
+        batch.texts = [r.text for r in rows]
+        batch.reward_components[getattr(self.scorer.task, "name", "task")] = batch.rewards.clone()
+        batch.meta["variable_group_sizes"] = True
+        batch.meta["fbos_parent_row"] = [r.parent for r in rows]
+        batch.meta["metrics"] = self._metrics(batch, b1, b2, plan, meta_ref, g1, s1.errors + s2.errors)
+        batch.meta["fbos"] = {"G1": g1, "G2": g2, "triggered": plan.triggered, "fap_requests": len(plan.fap_rows(b2))}
+        return batch
 
-        # ---- round 1: G1 rollouts from x
+    def _initial_round(
+        self, problems: list[Problem], ctx_x: list[list[int]], g1: int, params: SamplingParams,
+        policy_version: int, first_group_id: int,
+    ) -> tuple[RolloutBatch, list[Generation], ScoreStats]:
+        """Round 1: ``G1`` rollouts per prompt from ``x``, scored."""
+        P = len(problems)
         out1 = self.engine.generate([GenerationRequest(context_ids=c, n=g1) for c in ctx_x], params)
         gens1: list[Generation] = []
         for p, gens in enumerate(out1):
@@ -333,142 +351,167 @@ class FeedbackSampler:
             prompt_index=[i // g1 for i in range(P * g1)], problems=problems, pad_token_id=self.pad_token_id,
             temperature=params.temperature, policy_version=policy_version,
         )
-        s1 = self.scorer.score(b1)
+        return b1, gens1, self.scorer.score(b1)
 
-        # ---- plan round 2: FAP children (round-robin over failed parents) or plain fill
-        requests: list[GenerationRequest] = []
-        req_info: list[tuple[int, str, int | None, list[int]]] = []  # (prompt, kind, parent row, context)
-        triggered = [False] * P
-        fap_prompt_tokens, fap_truncated = 0, 0
-        for p in range(P):
-            rows = list(range(p * g1, (p + 1) * g1))
-            failed = [i for i in rows if not bool(b1.correct[i])]
+    def _plan_second_round(
+        self, problems: list[Problem], ctx_x: list[list[int]], b1: RolloutBatch, g1: int, g2: int
+    ) -> "_SecondRound":
+        """Round 2 requests: FAP children (round-robin over a triggered prompt's failed parents) or a plain
+        fill from ``x`` (``fbos.fill_mode=plain``)."""
+        plan = _SecondRound(triggered=[False] * len(problems))
+        for p in range(len(problems)):
+            failed = [i for i in range(p * g1, (p + 1) * g1) if not bool(b1.correct[i])]
             if self.triggered(len(failed), g1):
-                triggered[p] = True
+                plan.triggered[p] = True
                 parents = round_robin_parents(failed, g2)
                 for parent in dict.fromkeys(parents):
-                    n = parents.count(parent)
                     k = int(b1.completion_lengths[parent])
                     fb = self.feedback_text(problems[p], b1.texts[parent], b1.feedback[parent])
                     ids, cut = self.fap_ids(problems[p], b1.completion_ids[parent, :k].tolist(), fb)
-                    fap_prompt_tokens += len(ids)
-                    fap_truncated += int(cut)
-                    requests.append(GenerationRequest(context_ids=ids, n=n))
-                    req_info.append((p, "fap", parent, ids))
-            elif cfg.fill_mode == "plain":
-                requests.append(GenerationRequest(context_ids=ctx_x[p], n=g2))
-                req_info.append((p, "fill", None, ctx_x[p]))
-        self.fap_truncated_total += fap_truncated
+                    plan.fap_prompt_tokens += len(ids)
+                    plan.fap_truncated += int(cut)
+                    plan.requests.append(GenerationRequest(context_ids=ids, n=parents.count(parent)))
+                    plan.info.append(_Request(p, "fap", parent, ids))
+            elif self.cfg.fill_mode == "plain":
+                plan.requests.append(GenerationRequest(context_ids=ctx_x[p], n=g2))
+                plan.info.append(_Request(p, "fill", None, ctx_x[p]))
+        self.fap_truncated_total += plan.fap_truncated
+        return plan
 
-        # ---- round 2
+    def _second_round(
+        self, problems: list[Problem], plan: "_SecondRound", params: SamplingParams, policy_version: int,
+        first_group_id: int,
+    ) -> tuple[RolloutBatch | None, list[Generation], ScoreStats]:
+        """Round 2: generate the planned requests (seed + 1) and score them; fills ``plan.rows``."""
+        if not plan.requests:
+            return None, [], ScoreStats()
+        params2 = dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1)
         gens2: list[Generation] = []
-        info2: list[tuple[int, str, int | None, list[int]]] = []
-        if requests:
-            params2 = dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1)
-            out2 = self.engine.generate(requests, params2)
-            for req, inf, gens in zip(requests, req_info, out2):
-                if len(gens) != req.n:
-                    raise RuntimeError(f"engine returned {len(gens)} generations for a FAP request, expected {req.n}")
-                for g in gens:
-                    gens2.append(g)
-                    info2.append(inf)
-        s2 = ScoreStats()
-        b2 = None
-        if gens2:
-            b2 = generations_to_batch(
-                [inf[3] for inf in info2], gens2, group_ids=[first_group_id + inf[0] for inf in info2],
-                prompt_index=[inf[0] for inf in info2], problems=problems, pad_token_id=self.pad_token_id,
-                temperature=params.temperature, policy_version=policy_version,
-            )
-            s2 = self.scorer.score(b2)
-
-        # ---- assemble the rows of both views
-        texts2 = b2.texts if b2 is not None else []
-        meta_ref = [any(r.search(t) for r in self.meta_ref) for t in texts2]
-        # (generation, context, group, prompt, kind, reward, correct, feedback, text, parent reward)
-        rows: list[tuple] = []
-        for i, g in enumerate(gens1):
-            p = i // g1
-            rows.append((g, ctx_x[p], first_group_id + p, p, KIND_ORIGINAL, float(b1.rewards[i]),
-                         bool(b1.correct[i]), b1.feedback[i], b1.texts[i], 0.0))
-        ecc_rows: list[tuple] = []
-        for j, (g, inf) in enumerate(zip(gens2, info2)):
-            p, what, parent, ctx = inf
-            assert b2 is not None
-            r, c, f, t = float(b2.rewards[j]), bool(b2.correct[j]), b2.feedback[j], b2.texts[j]
-            if what == "fill":
-                rows.append((g, ctx_x[p], first_group_id + p, p, KIND_ORIGINAL, r, c, f, t, 0.0))
-                continue
-            pr = float(b1.rewards[parent])
-            if cfg.epa_group == "union" and not (cfg.epa_filter_meta_refs and meta_ref[j]):
-                rows.append((g, ctx_x[p], first_group_id + p, p, KIND_ORIGINAL_OFFPOLICY, r, c, f, t, pr))
-            ecc_rows.append((g, ctx, ecc_group_id(first_group_id + p), p, KIND_FEEDBACK, r, c, f, t, pr))
-        rows.extend(ecc_rows)
-
-        batch = generations_to_batch(
-            [r[1] for r in rows], [r[0] for r in rows], group_ids=[r[2] for r in rows],
-            prompt_index=[r[3] for r in rows], problems=problems, pad_token_id=self.pad_token_id,
+        for req, inf, gens in zip(plan.requests, plan.info, self.engine.generate(plan.requests, params2)):
+            if len(gens) != req.n:
+                raise RuntimeError(f"engine returned {len(gens)} generations for a FAP request, expected {req.n}")
+            gens2.extend(gens)
+            plan.rows.extend([inf] * len(gens))
+        if not gens2:
+            return None, [], ScoreStats()
+        b2 = generations_to_batch(
+            [inf.context for inf in plan.rows], gens2, group_ids=[first_group_id + inf.prompt for inf in plan.rows],
+            prompt_index=[inf.prompt for inf in plan.rows], problems=problems, pad_token_id=self.pad_token_id,
             temperature=params.temperature, policy_version=policy_version,
         )
-        kinds = [r[4] for r in rows]
-        batch.context_kind = kinds
-        batch.rewards = torch.tensor([r[5] for r in rows], dtype=torch.float32)
-        batch.correct = torch.tensor([r[6] for r in rows], dtype=torch.bool)
-        batch.feedback = [r[7] for r in rows]
-        batch.texts = [r[8] for r in rows]
-        batch.reward_components[getattr(self.scorer.task, "name", "task")] = batch.rewards.clone()
+        return b2, gens2, self.scorer.score(b2)
 
-        # ---- advantages: EPA on the union (or initial-only) group, ECC on the feedback-guided group
-        is_epa = torch.tensor([is_epa_kind(k) for k in kinds], dtype=torch.bool)
-        is_ecc = ~is_epa
-        adv = view_advantages(batch.rewards, batch.group_id, is_epa, **self.adv_kwargs)
-        adv_ecc = ecc_advantages(
-            batch.rewards, batch.group_id, is_ecc, baseline=cfg.ecc_baseline,
-            parent_rewards=torch.tensor([r[9] for r in rows], dtype=torch.float32), **self.adv_kwargs,
-        )
-        batch.advantages = torch.where(is_ecc, adv_ecc, adv)
-        if cfg.epa_fb_positive_only:
-            off = torch.tensor([k == KIND_ORIGINAL_OFFPOLICY for k in kinds])
-            keep = ~(off & (batch.advantages < 0))
-            batch = batch.select(keep.nonzero(as_tuple=True)[0])
-            kinds = batch.context_kind
-        batch.meta["variable_group_sizes"] = True
+    def _rows(
+        self, ctx_x: list[list[int]], round1: tuple[RolloutBatch, list[Generation]],
+        round2: tuple[RolloutBatch | None, list[Generation]], plan: "_SecondRound", g1: int, first_group_id: int,
+    ) -> tuple[list["_Row"], list[bool]]:
+        """The rows of both views: initial and fill rows (``original``), then each FAP rollout's EPA view
+        (``original_offpolicy``, with ``fbos.epa_group=union`` unless filtered as meta-referencing), then
+        every FAP rollout's ECC view (``feedback``). Returns the rows and the meta-reference flag per
+        round-2 rollout."""
+        cfg = self.cfg
+        (b1, gens1), (b2, gens2) = round1, round2
+        texts2 = b2.texts if b2 is not None else []
+        meta_ref = [any(r.search(t) for r in self.meta_ref) for t in texts2]
 
-        # ---- metrics (spec §4)
-        init_r = b1.rewards
-        init_gid = b1.group_id
-        fap_idx = [j for j, inf in enumerate(info2) if inf[1] == "fap"]
-        fill_idx = [j for j, inf in enumerate(info2) if inf[1] == "fill"]
+        def row(b: RolloutBatch, i: int, ctx: list[int], gid: int, p: int, kind: str, parent: int) -> _Row:
+            return _Row((gens1 if b is b1 else gens2)[i], ctx, gid, p, kind, float(b.rewards[i]), bool(b.correct[i]),
+                        b.feedback[i], b.texts[i], parent)
+
+        rows = [row(b1, i, ctx_x[i // g1], first_group_id + i // g1, i // g1, KIND_ORIGINAL, -1)
+                for i in range(len(b1))]
+        ecc_rows: list[_Row] = []
+        for j, inf in enumerate(plan.rows):
+            assert b2 is not None
+            p = inf.prompt
+            if inf.what == "fill":
+                rows.append(row(b2, j, ctx_x[p], first_group_id + p, p, KIND_ORIGINAL, -1))
+                continue
+            assert inf.parent is not None
+            if cfg.epa_group == "union" and not (cfg.epa_filter_meta_refs and meta_ref[j]):
+                rows.append(row(b2, j, ctx_x[p], first_group_id + p, p, KIND_ORIGINAL_OFFPOLICY, inf.parent))
+            ecc_rows.append(row(b2, j, inf.context, ecc_group_id(first_group_id + p), p, KIND_FEEDBACK, inf.parent))
+        return rows + ecc_rows, meta_ref
+
+    def _metrics(
+        self, batch: RolloutBatch, b1: RolloutBatch, b2: RolloutBatch | None, plan: "_SecondRound",
+        meta_ref: list[bool], g1: int, verifier_errors: int,
+    ) -> dict[str, float]:
+        """The ``fbos/*`` sampler metrics of spec §4."""
+        P = len(plan.triggered)
+        fap_idx = plan.fap_rows(b2)
+        fill_idx = [j for j, inf in enumerate(plan.rows) if inf.what == "fill"]
         fap_ok = [bool(b2.correct[j]) for j in fap_idx] if b2 is not None else []
         rescued = 0
         for p in range(P):
             init_ok = bool(b1.correct[p * g1 : (p + 1) * g1].any())
-            if not init_ok and any(bool(b2.correct[j]) for j in fap_idx if info2[j][0] == p):
+            if not init_ok and any(bool(b2.correct[j]) for j in fap_idx if plan.rows[j].prompt == p):
                 rescued += 1
-        epa_mask = torch.tensor([is_epa_kind(k) for k in kinds], dtype=torch.bool)
+        epa_mask = torch.tensor([is_epa_kind(k) for k in batch.context_kind], dtype=torch.bool)
         epa_r, epa_g = batch.rewards[epa_mask], batch.group_id[epa_mask]
-        gen_per_prompt = [g1 + sum(1 for inf in info2 if inf[0] == p) for p in range(P)]
+        gen_per_prompt = [g1 + sum(1 for inf in plan.rows if inf.prompt == p) for p in range(P)]
         lens2 = b2.completion_lengths if b2 is not None else torch.zeros(0, dtype=torch.long)
         on_x = [float(b1.rewards[i]) for i in range(P * g1)] + [float(b2.rewards[j]) for j in fill_idx]
-        metrics = {
-            "fbos/triggered_frac": sum(triggered) / max(P, 1),
+        return {
+            "fbos/triggered_frac": sum(plan.triggered) / max(P, 1),
             "fbos/rescued_frac": rescued / max(P, 1),
             "fbos/fap_success_rate": sum(fap_ok) / len(fap_ok) if fap_ok else 0.0,
             "fbos/num_fap_rollouts": float(len(fap_idx)),
-            "fbos/zero_adv_frac_before": zero_std_group_fraction(init_r, init_gid),
+            "fbos/zero_adv_frac_before": zero_std_group_fraction(b1.rewards, b1.group_id),
             "fbos/zero_adv_frac_after": zero_std_group_fraction(epa_r, epa_g) if epa_r.numel() else 1.0,
             "fbos/meta_ref_frac": sum(meta_ref[j] for j in fap_idx) / len(fap_idx) if fap_idx else 0.0,
             "fbos/tokens_generated/initial": float(b1.completion_mask.sum()),
             "fbos/tokens_generated/feedback": float(sum(int(lens2[j]) for j in fap_idx)),
             "fbos/tokens_generated/fill": float(sum(int(lens2[j]) for j in fill_idx)),
-            "fbos/fap_prompt_tokens": float(fap_prompt_tokens),
-            "fbos/fap_truncated": float(fap_truncated),
+            "fbos/fap_prompt_tokens": float(plan.fap_prompt_tokens),
+            "fbos/fap_truncated": float(plan.fap_truncated),
             "fbos/sequences_per_prompt": sum(gen_per_prompt) / max(P, 1),
             "fbos/sequences_per_prompt_min": float(min(gen_per_prompt) if gen_per_prompt else 0),
             "fbos/pass_rate_initial": float(b1.correct.float().mean()) if len(b1) else 0.0,
             "fbos/reward_x_mean": sum(on_x) / len(on_x) if on_x else 0.0,
-            "fbos/verifier_errors": float(s1.errors + s2.errors),
+            "fbos/verifier_errors": float(verifier_errors),
         }
-        batch.meta["metrics"] = metrics
-        batch.meta["fbos"] = {"G1": g1, "G2": g2, "triggered": triggered, "fap_requests": len(fap_idx)}
-        return batch
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """One planned round-2 request: its prompt, ``"fap"`` or ``"fill"``, the failed parent row (FAP) and
+    the context ids it is sampled from."""
+
+    prompt: int
+    what: str
+    parent: int | None
+    context: list[int]
+
+
+@dataclasses.dataclass
+class _SecondRound:
+    """The plan and bookkeeping of round 2 (``rows``: the request of each generated round-2 rollout)."""
+
+    triggered: list[bool]
+    requests: list[GenerationRequest] = dataclasses.field(default_factory=list)
+    info: list[_Request] = dataclasses.field(default_factory=list)
+    rows: list[_Request] = dataclasses.field(default_factory=list)
+    fap_prompt_tokens: int = 0
+    fap_truncated: int = 0
+
+    def fap_rows(self, b2: RolloutBatch | None) -> list[int]:
+        """Indices of the round-2 rollouts sampled from a FAP."""
+        return [j for j, inf in enumerate(self.rows) if inf.what == "fap"] if b2 is not None else []
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """One row of the returned batch, before packing: the generation, its loss context, group, prompt,
+    context kind, verifier result and the batch row of its failed parent attempt (−1 if none)."""
+
+    generation: Generation
+    context: list[int]
+    group_id: int
+    prompt: int
+    kind: str
+    reward: float
+    correct: bool
+    feedback: str | None
+    text: str
+    parent: int

@@ -27,7 +27,7 @@ import torch
 
 from rlvr.core.uec import hard_group_mask
 from rlvr.samplers.group import GroupSampler, PromptEncoder
-from rlvr.types import RolloutBatch, SamplingParams
+from rlvr.types import KIND_EXPLORE, KIND_REGULAR, RolloutBatch, SamplingParams
 
 EXPLORE_GROUP_OFFSET = 500_000
 """Exploration group ids are ``first_group_id + EXPLORE_GROUP_OFFSET + p`` (separate grouping)."""
@@ -134,7 +134,7 @@ class HardPromptSampler:
         self.totals["tokens/regular"] += int(regular.completion_mask.sum())
         errors = s_reg.errors
         batch = regular
-        kinds = ["regular"] * n_reg
+        kinds = [KIND_REGULAR] * n_reg
         n_exp = 0
         if self.explore_num_generations > 0 and hard_p:
             hard_problems = [problems[p] for p in hard_p]
@@ -160,7 +160,7 @@ class HardPromptSampler:
             self.totals["tokens/explore"] += int(explore.completion_mask.sum())
             m["uec/tokens_generated/explore"] = float(explore.completion_mask.sum())
             batch = _join(regular, explore, self.pad_token_id)
-            kinds += ["explore"] * n_exp
+            kinds += [KIND_EXPLORE] * n_exp
         self.totals["rollouts/explore"] += n_exp
         batch.context_kind = kinds
         batch.meta = {**regular.meta, "variable_group_sizes": True}

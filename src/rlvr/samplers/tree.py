@@ -34,13 +34,14 @@ __all__ = ["IBTreeSampler", "PromptTree", "TokenTexts", "TreeIndex", "TreeNode",
 
 
 class IBTreeSampler:
-    """IBTree sampling (spec §2.4) with tree advantages (§2.6) and prefix weights (§2.7).
+    """IBTree sampling (spec §2.4) and prefix weights (§2.7); the tree advantages (§2.6) are the
+    batch-level estimator ``ib_tree`` (:func:`rlvr.variants.ib_tpo.ib_tree_advantages`).
 
     Per prompt: ``M`` initial chains, then up to ``max_rounds − 1`` rounds that fork ``T``
     continuations at the ``N`` candidate nodes with the highest ``score′(u) = IB̂(u) −
     γ·#branch nodes on path(u)``, until the tree's decode-token budget is spent or it has
     ``L_target`` leaves. Every round is one batched generate call over all prompts. The returned
-    batch is scored (rewards set) and carries per-token ``advantages`` and ``token_weights``.
+    batch is scored (rewards set) and carries per-token ``token_weights`` and the tree index.
 
     Args:
         engine: generation backend that continues arbitrary contexts (``rlvr.engines``).
@@ -303,10 +304,9 @@ class IBTreeSampler:
         """Grow one tree per problem and extract every root-to-leaf path as a row (spec §2.7).
 
         Returns a scored batch: ``context_ids`` = prompt ids, ``completion_ids`` = the whole path,
-        ``sampler_logp`` = the concatenated behaviour log-probs, ``advantages`` ``[N, T]`` (each token
-        carries its step's ``A(s)``), ``token_weights`` ``[N, T]`` (prefix weighting), ``group_id`` =
-        ``first_group_id + tree``; ``meta["tree_index"]`` holds a :class:`TreeIndex` per tree and
-        ``meta["metrics"]`` the ``ib/*`` scalars.
+        ``sampler_logp`` = the concatenated behaviour log-probs, ``token_weights`` ``[N, T]`` (prefix
+        weighting), ``group_id`` = ``first_group_id + tree``; ``meta["tree_index"]`` holds a
+        :class:`TreeIndex` per tree (as a dict) and ``meta["metrics"]`` the sampling ``ib/*`` scalars.
         """
         trees = self.grow(problems, num_generations, params)
         return self.extract(trees, problems, params, policy_version=policy_version, first_group_id=first_group_id)
@@ -320,89 +320,50 @@ class IBTreeSampler:
         policy_version: int = 0,
         first_group_id: int = 0,
     ) -> RolloutBatch:
-        """Pack grown trees into one :class:`RolloutBatch` with tree advantages and weights."""
+        """Pack grown trees into one scored :class:`RolloutBatch`: a row per root-to-leaf path (built by
+        :func:`rlvr.samplers.group.generations_to_batch`), prefix ``token_weights`` (reward-free) and a
+        :class:`TreeIndex` per tree in ``meta["tree_index"]`` (as plain dicts). The advantages are not set
+        here: ``BATCH_ADV_ESTIMATORS["ib_tree"]`` computes them from the index and the (shaped) rewards."""
         ib = self.ib
-        rows_ids, rows_lp, rows_adv, rows_w, ctx, gids, pidx = [], [], [], [], [], [], []
-        rewards, correct, truncated, texts, feedback, index = [], [], [], [], [], []
-        acc = {"H": [], "I": [], "IB": [], "glob": [], "loc": [], "reg": [], "gate": [], "eff_nodes": [0, 0]}
-        leaf_rewards_per_tree = []
+        gens, ctx, gids, pidx, weights, leaves, index = [], [], [], [], [], [], []
         for tree in trees:
             parent = tree.parent_array()
-            r, V, h, stats = self.tree_stats(tree)
-            adv = T.tree_advantages(
-                parent, V, h, stats, r, ib_lambda=ib.ib_lambda, ib_beta=ib.ib_beta, ib_form=ib.ib_form,
-                ib_local=ib.ib_local, ib_gate=ib.ib_gate, adv_scale=ib.adv_scale,
-            )
             paths = [tree.path_nodes(leaf) for leaf in tree.leaves]
-            weights = T.path_node_weights(parent, paths, ib.prefix_weight)
             gid = first_group_id + tree.prompt_index
-            rows = []
-            for leaf, path, w in zip(tree.leaves, paths, weights):
-                rows.append(len(rows_ids))
-                node_lens = [len(tree.nodes[s].tokens) for s in path]
-                rows_ids.append(tree.path_tokens(leaf))
-                rows_lp.append(tree.path_logps(leaf))
-                rows_adv.append([float(adv.A[s]) for s, n in zip(path, node_lens) for _ in range(n)])
-                rows_w.append([ws for ws, n in zip(w, node_lens) for _ in range(n)])
+            index.append(TreeIndex(
+                group_id=gid, parent=parent, span_lengths=[len(n.tokens) for n in tree.nodes],
+                starts=[n.start for n in tree.nodes], paths=paths, rows=list(range(len(gens), len(gens) + len(paths))),
+                surprisal=T.step_surprisal([n.logps for n in tree.nodes], mode=ib.step_entropy,
+                                           head_tokens=ib.head_tokens).tolist(),
+            ))
+            for leaf, path, w in zip(tree.leaves, paths, T.path_node_weights(parent, paths, ib.prefix_weight)):
+                node = tree.nodes[leaf]
+                gens.append(Generation(tree.path_tokens(leaf), tree.path_logps(leaf), node.finish))
+                weights.append([ws for ws, s in zip(w, path) for _ in range(len(tree.nodes[s].tokens))])
                 ctx.append(list(tree.prompt_ids))
                 gids.append(gid)
                 pidx.append(tree.prompt_index)
-                node = tree.nodes[leaf]
-                rewards.append(node.reward)
-                correct.append(node.correct)
-                truncated.append(node.finish == "length")
-                texts.append(node.text or "")
-                feedback.append(node.feedback)
-            leaf_rewards_per_tree.append(torch.tensor([tree.nodes[l].reward for l in tree.leaves]))
-            branch = stats.K >= 2
-            acc["H"] += stats.H[branch].tolist()
-            acc["I"] += stats.I[branch].tolist()
-            acc["IB"] += stats.IB[branch].tolist()
-            nonroot = torch.arange(len(parent)) > 0
-            acc["glob"] += adv.A_GL[nonroot].abs().tolist()
-            acc["loc"] += adv.A_loc[nonroot].abs().tolist()
-            acc["reg"] += adv.A_reg[nonroot].abs().tolist()
-            par = torch.tensor([max(p, 0) for p in parent])
-            sib = nonroot & (stats.K[par] >= 2)
-            acc["gate"] += adv.gate[sib].float().tolist()
-            e, b = T.eff_rate_node(parent, V)
-            acc["eff_nodes"][0] += e
-            acc["eff_nodes"][1] += b
-            index.append(TreeIndex(
-                group_id=gid, parent=parent, span_lengths=[len(n.tokens) for n in tree.nodes],
-                starts=[n.start for n in tree.nodes], paths=paths, rows=rows, values=V.tolist(),
-                H=stats.H.tolist(), I=stats.I.tolist(), IB=stats.IB.tolist(), A=adv.A.tolist(),
-            ))
-        n = len(rows_ids)
-        width = max([len(x) for x in rows_ids] + [1])
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n, width))
-        slogp, A, W = torch.zeros((n, width)), torch.zeros((n, width)), torch.zeros((n, width))
-        for i in range(n):
-            k = len(rows_ids[i])
-            ids[i, :k] = torch.tensor(rows_ids[i], dtype=torch.long)
-            mask[i, :k] = 1.0
-            slogp[i, :k] = torch.tensor(rows_lp[i])
-            A[i, :k] = torch.tensor(rows_adv[i])
-            W[i, :k] = torch.tensor(rows_w[i])
-        batch = RolloutBatch(
-            context_ids=ctx, completion_ids=ids, completion_mask=mask,
-            group_id=torch.tensor(gids, dtype=torch.long), prompt_index=torch.tensor(pidx, dtype=torch.long),
-            is_truncated=torch.tensor(truncated, dtype=torch.bool),
-            sampling_temperature=torch.full((n,), float(params.temperature)),
-            logprob_temperature=torch.full((n,), float(params.temperature)),
-            policy_version=torch.full((n,), int(policy_version), dtype=torch.long),
-            rewards=torch.tensor(rewards, dtype=torch.float32), advantages=A, sampler_logp=slogp,
-            token_weights=W, correct=torch.tensor(correct, dtype=torch.bool), texts=texts, feedback=feedback,
-            problems=list(problems),
+                leaves.append(node)
+        batch = generations_to_batch(
+            ctx, gens, group_ids=gids, prompt_index=pidx, problems=list(problems), pad_token_id=self.pad_token_id,
+            temperature=params.temperature, policy_version=policy_version,
         )
+        W = torch.zeros_like(batch.completion_mask)
+        for i, w in enumerate(weights):
+            W[i, : len(w)] = torch.tensor(w)
+        batch.token_weights = W
+        batch.rewards = torch.tensor([n.reward for n in leaves], dtype=torch.float32)
+        batch.correct = torch.tensor([n.correct for n in leaves], dtype=torch.bool)
+        batch.texts = [n.text or "" for n in leaves]
+        batch.feedback = [n.feedback for n in leaves]
         batch.reward_components[getattr(getattr(self.scorer, "task", None), "name", "task")] = batch.rewards.clone()
         batch.meta["variable_group_sizes"] = True
-        batch.meta["tree_index"] = index
-        batch.meta["metrics"] = self._metrics(trees, acc, leaf_rewards_per_tree)
+        batch.meta["tree_index"] = [dataclasses.asdict(i) for i in index]
+        batch.meta["metrics"] = self._metrics(trees)
         return batch
 
-    def _metrics(self, trees: Sequence[PromptTree], acc: dict[str, Any], leaf_rewards: list[torch.Tensor]) -> dict[str, float]:
+    def _metrics(self, trees: Sequence[PromptTree]) -> dict[str, float]:
+        """The sampling metrics (``ib/*`` of spec §4 that do not depend on rewards; the estimator adds the rest)."""
         def mean(x: list[float]) -> float:
             return sum(x) / len(x) if x else math.nan
 
@@ -411,17 +372,12 @@ class IBTreeSampler:
         decode = sum(t.tokens_decode for t in trees)
         lengths = [t.nodes[l].end for t in trees for l in t.leaves]
         Lbar = mean([float(x) for x in lengths])
-        e, b = acc["eff_nodes"]
         return {
-            "ib/score_mean": mean(acc["IB"]), "ib/H_mean": mean(acc["H"]), "ib/I_mean": mean(acc["I"]),
-            "ib/eff_rate_prompt": T.eff_rate_prompt(leaf_rewards), "ib/eff_rate_node": e / b if b else math.nan,
             "ib/leaves_per_tree": leaves / nt, "ib/branches_per_tree": sum(t.branches for t in trees) / nt,
             "ib/rounds_used": mean([float(t.rounds) for t in trees]),
             "ib/leaves_per_budget": leaves * Lbar / decode if decode else math.nan,
             "ib/tokens_decode": float(decode), "ib/tokens_prefill": float(sum(t.tokens_prefill for t in trees)),
             "ib/tokens_discarded": float(sum(t.tokens_discarded for t in trees)),
             "ib/branch_depth_frac": mean([f for t in trees for f in t.fork_fracs]),
-            "ib/adv_global_abs": mean(acc["glob"]), "ib/adv_local_abs": mean(acc["loc"]),
-            "ib/adv_reg_abs": mean(acc["reg"]), "ib/gate_frac": mean(acc["gate"]),
             "ib/verifier_errors": float(getattr(self, "score_errors", 0)),
         }

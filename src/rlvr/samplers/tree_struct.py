@@ -222,7 +222,9 @@ class TreeIndex:
         parent: ``[U]`` parent array; span_lengths / starts: ``[U]`` tokens per node and fork offsets.
         paths: one node list per leaf (root excluded), in the order of ``rows``.
         rows: batch row of each path.
-        values, H, I, IB, A: per-node float lists (recursive values, IB quantities, final advantage).
+        surprisal: per-node step surprisal ``h(u)`` (from the behaviour log-probs; reward-free).
+        values, H, I, IB, A: per-node float lists (recursive values, IB quantities, final advantage),
+            filled by the ``ib_tree`` advantage estimator from the batch's rewards.
     """
 
     group_id: int
@@ -231,8 +233,9 @@ class TreeIndex:
     starts: list[int]
     paths: list[list[int]]
     rows: list[int]
-    values: list[float]
-    H: list[float]
-    I: list[float]  # noqa: E741
-    IB: list[float]
-    A: list[float]
+    surprisal: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    H: list[float] = field(default_factory=list)
+    I: list[float] = field(default_factory=list)  # noqa: E741
+    IB: list[float] = field(default_factory=list)
+    A: list[float] = field(default_factory=list)

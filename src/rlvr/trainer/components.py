@@ -1,76 +1,51 @@
-"""Name → factory registries for the replaceable parts a run is built from.
+"""Which parts a run is built from, and the check that they exist and fit together.
 
-A variant registers its sampler, schedule, loss masks or batch filters here and ships a recipe that
-names them; the trainer never branches on an algorithm name (``design/ARCHITECTURE.md``).
-
-| config key      | registry         | factory signature                                  |
-|-----------------|------------------|----------------------------------------------------|
-| ``sampler``     | :data:`SAMPLERS` | ``(SamplerContext) -> sampler``                    |
-| ``schedule``    | ``SCHEDULES``    | ``(RLConfig) -> Schedule`` (``rlvr.trainer.schedule``) |
-| ``loss_masks``  | :data:`MASKS`    | ``(RLConfig) -> MaskFn``                           |
-| ``batch_filters`` | :data:`BATCH_FILTERS` | ``(RLConfig) -> (RolloutBatch -> RolloutBatch)`` |
+Importing this module loads every built-in part: the schedules (:mod:`rlvr.schedules`) and the
+variants' registrations (:mod:`rlvr.variants`, each module registers on import; no module there
+imports the trainer). The registries themselves live in :mod:`rlvr.parts`.
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+import rlvr.schedules  # noqa: F401 (registers the built-in schedules)
+import rlvr.variants  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
+from rlvr.core.advantages import ADV_ESTIMATORS
 from rlvr.errors import ConfigError
-from rlvr.samplers.group import GroupSampler, PromptEncoder
-from rlvr.trainer.schedule import SCHEDULES
-from rlvr.types import RolloutBatch
+from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS, SamplerContext
+from rlvr.schedules import SCHEDULES
 
-
-@dataclass
-class SamplerContext:
-    """What a sampler factory may use: the run config, engine, prompt encoder, scorer, tokenizer."""
-
-    cfg: Any
-    engine: Any
-    encoder: PromptEncoder
-    scorer: Any
-    tokenizer: Any
-    pad_token_id: int
-
-
-SAMPLERS: dict[str, Callable[[SamplerContext], Any]] = {
-    "group": lambda ctx: GroupSampler(ctx.engine, ctx.encoder, ctx.pad_token_id),
-}
-MASKS: dict[str, Callable[[Any], Callable[..., Any]]] = {}
-BATCH_FILTERS: dict[str, Callable[[Any], Callable[[RolloutBatch], RolloutBatch]]] = {}
-
-
-def _load_variant_parts() -> None:
-    """Import the modules that register variant parts (each registers on import)."""
-    import importlib
-
-    for mod in ("rlvr.variants",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
-
-
-def _check(name: str, registry: dict[str, Any], key: str) -> None:
-    if name not in registry:
-        close = difflib.get_close_matches(name, list(registry), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{key}: unknown name {name!r} (registered: {', '.join(sorted(registry))}){hint}")
+__all__ = ["BATCH_ADV_ESTIMATORS", "BATCH_FILTERS", "MASKS", "SAMPLERS", "SCHEDULES", "SamplerContext",
+           "validate_components"]
 
 
 def validate_components(cfg: Any) -> None:
-    """Check every part the config names is registered (cheap: no model needed).
+    """Check, before any model loads, that every part the config names is registered and that the
+    combination can work (the generic rules below, then every :data:`rlvr.parts.CONFIG_CHECKS` entry).
+
+    Generic rules: a batch-level advantage estimator runs on the batch as its sampler returned it, so
+    it refuses dynamic sampling (which keeps only some of a round's groups and merges rounds);
+    ``kl_in_reward`` needs ``beta > 0`` (it moves the KL term, weighted by ``beta``, into the reward).
 
     Raises:
-        ConfigError: naming the key and the registered names.
+        ConfigError: naming the key, the registered names (and the nearest one), or the conflict.
     """
-    _load_variant_parts()
-    _check(cfg.sampler, SAMPLERS, "sampler")
-    _check(cfg.schedule, SCHEDULES, "schedule")
+    SAMPLERS.check(cfg.sampler)
+    SCHEDULES.check(cfg.schedule)
     for m in cfg.loss_masks:
-        _check(m, MASKS, "loss_masks")
+        MASKS.check(m)
     for f in cfg.batch_filters:
-        _check(f, BATCH_FILTERS, "batch_filters")
+        BATCH_FILTERS.check(f)
+    if cfg.adv_estimator not in BATCH_ADV_ESTIMATORS:
+        ADV_ESTIMATORS.get(cfg.adv_estimator, f"(batch-level: {', '.join(sorted(BATCH_ADV_ESTIMATORS))})")
+    elif cfg.dynamic_sampling.enable:
+        raise ConfigError(
+            f"adv_estimator={cfg.adv_estimator!r} is computed from the structure its sampler attaches to a "
+            "whole generation round; dynamic_sampling.enable=true would keep only some groups and merge "
+            "rounds. Set dynamic_sampling.enable=false"
+        )
+    if cfg.kl_in_reward and not cfg.beta > 0:
+        raise ConfigError("kl_in_reward=true needs beta > 0 (the KL penalty in the reward is beta · KL); got beta=0")
+    for check in CONFIG_CHECKS.keys():
+        CONFIG_CHECKS[check](cfg)

@@ -19,7 +19,7 @@ def rollout_metrics(batch: RolloutBatch, view_only_kinds: tuple[str, ...] = ()) 
     """Reward, pass-rate, length and truncation statistics of a scored batch.
 
     Rows whose ``context_kind`` is in ``view_only_kinds`` (a second view of tokens another row already
-    holds, e.g. FBOS-RL's ``feedback`` rows) are left out, so every generated sequence counts once.
+    holds, e.g. a feedback-augmented view of a rollout) are left out, so every generated sequence counts once.
 
     Returns keys ``reward/mean``, ``reward/std``, ``reward/group_std_mean``, ``rewards/<fn>/mean|std``,
     ``reward/pass_rate``, ``reward/frac_zero_std_groups``, ``completions/mean_length``,

@@ -18,20 +18,28 @@ import torch
 
 from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
-from rlvr.core.kl import canonical_kl_estimator
+from rlvr.core.kl import canonical_kl_estimator, kl_penalty
 from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
-from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
+from rlvr.schedules import SCHEDULES, OptimizerStep, Schedule
+from rlvr.trainer.components import (
+    BATCH_ADV_ESTIMATORS,
+    BATCH_FILTERS,
+    MASKS,
+    SAMPLERS,
+    SamplerContext,
+    validate_components,
+)
+from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
-from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
 
@@ -76,10 +84,10 @@ class Trainer:
         engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
         sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
             first_group_id=) -> RolloutBatch``; defaults to ``SAMPLERS[cfg.sampler]``. A sampler may
-            score its batch itself (rewards set) and set advantages (e.g. tree advantages); the
-            trainer then keeps them.
-        schedule: which optimizer batches each generation batch feeds; defaults to
-            ``SCHEDULES[cfg.schedule]``.
+            score its batch itself (rewards set) and attach structure a batch-level advantage
+            estimator reads; it never sets advantages.
+        schedule: a :class:`rlvr.schedules.Schedule` planning the optimizer steps of each generation
+            batch; defaults to ``SCHEDULES[cfg.schedule]``.
         ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
@@ -120,12 +128,14 @@ class Trainer:
         )
         ctx = SamplerContext(cfg, engine, self.encoder, self.scorer, tokenizer, self.pad_token_id)
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
-        self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
+        self.schedule: Schedule = schedule or SCHEDULES[cfg.schedule](cfg)
+        self.plan_ctx = TrainerPlanContext(self)  # all a schedule sees of the trainer
         self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
-        self.adv_fn = get_adv_estimator(cfg.adv_estimator)
+        self.batch_adv_fn = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator) if cfg.adv_estimator in BATCH_ADV_ESTIMATORS else None
+        self.adv_fn = None if self.batch_adv_fn is not None else get_adv_estimator(cfg.adv_estimator)
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
@@ -177,7 +187,17 @@ class Trainer:
         return logp
 
     def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
-        """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
+        """The one preparation path of a generation batch: sample → score → shape rewards (overlong
+        penalty; KL in the reward) → advantages → batch filters.
+
+        This is the only writer of ``old_logp`` / ``ref_logp`` of a generation batch and the only place
+        advantages are computed (a batch-level estimator of :data:`rlvr.parts.BATCH_ADV_ESTIMATORS`, or a
+        group estimator of :data:`rlvr.core.advantages.ADV_ESTIMATORS`), so shaping reaches every
+        sampler's advantages.
+
+        Returns:
+            ``(batch, metrics)``: the prepared batch (possibly empty) and its per-round scalars.
+        """
         cfg = self.cfg
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -201,32 +221,15 @@ class Trainer:
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        if (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
-            t = time.perf_counter()
-            batch.old_logp = self._logprobs(self.model, batch)
-            timings["timing/old_logprob_s"] = time.perf_counter() - t
-        if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler":
-            batch.old_logp = batch.sampler_logp
-        if self.ref_model is not None:
-            t = time.perf_counter()
-            batch.ref_logp = self._logprobs(self.ref_model, batch)
-            timings["timing/ref_logprob_s"] = time.perf_counter() - t
-            if cfg.kl_in_reward:
-                from rlvr.core.kl import kl_penalty
-
-                kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
-                batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
-        if self.updates_per_generation == 1:
-            batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
-        if batch.advantages is None:
-            assign_advantages(batch, cfg, self.adv_fn)
+        self._behaviour_logprobs(batch, timings)
+        self._advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
             batch = f(batch)
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
         metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
                                        tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
-        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers and filters report scalars here
+        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers, estimators and filters report scalars here
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
@@ -240,6 +243,38 @@ class Trainer:
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
         self._last_samples = self._sample_rows(batch)
         return batch, metrics
+
+    def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float]) -> None:
+        """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)
+        and shape the rewards by ``−beta · KL(π_old ‖ π_ref)`` summed over tokens with ``kl_in_reward``."""
+        cfg = self.cfg
+        need_old = bool(self.schedule.needs_old_logp)
+        kl_in_reward = cfg.beta > 0 and cfg.kl_in_reward
+        if kl_in_reward or (need_old and cfg.old_logprob_source == "trainer"):
+            t = time.perf_counter()
+            batch.old_logp = self._logprobs(self.model, batch)
+            timings["timing/old_logprob_s"] = time.perf_counter() - t
+        if need_old and cfg.old_logprob_source == "sampler":
+            batch.old_logp = batch.sampler_logp
+        if self.ref_model is not None:
+            t = time.perf_counter()
+            batch.ref_logp = self._logprobs(self.ref_model, batch)
+            timings["timing/ref_logprob_s"] = time.perf_counter() - t
+            if cfg.kl_in_reward:
+                kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
+                batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
+        if not need_old:
+            batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
+
+    def _advantages(self, batch: RolloutBatch) -> None:
+        """Advantages of the (shaped) batch: the batch-level estimator, or the group estimator with its
+        group-size check; estimator metrics join ``meta["metrics"]``."""
+        if self.batch_adv_fn is not None:
+            m = self.batch_adv_fn(batch, self.cfg) or {}
+            if m:
+                batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
+        else:
+            assign_advantages(batch, self.cfg, self.adv_fn)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print
@@ -255,24 +290,23 @@ class Trainer:
         return rows
 
     # ----------------------------------------------------------------------------- updates
-    def _update(self, opt_batch: RolloutBatch) -> dict[str, float]:
+    def _update(self, step: OptimizerStep) -> dict[str, float]:
         cfg = self.cfg
-        if "before_update" in opt_batch.meta:  # a schedule's entry action (e.g. optimizer reset at a stage start);
-            opt_batch.meta["before_update"](self)  # runs once: a resumed run skips the updates already done
+        for action in step.start:  # a schedule's entry actions (e.g. optimizer reset at a stage start); they
+            getattr(self.plan_ctx, action)()  # run once: a resumed run skips the updates already done
         t = time.perf_counter()
         self.model.train()
-        settings = opt_batch.meta.get("loss_settings", self.settings)
+        opt_batch = step.batch
         res = policy_update(
-            self.model, self.optimizer, opt_batch, settings, pad_token_id=self.pad_token_id,
+            self.model, self.optimizer, opt_batch, step.loss_settings or self.settings, pad_token_id=self.pad_token_id,
             rows_per_micro=cfg.per_device_train_batch_size, loss_norm_scope=cfg.loss_norm_scope,
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
-            loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
-            share_prompt=cfg.share_prompt_forward,
+            loss_inputs=step.loss_inputs, share_prompt=cfg.share_prompt_forward,
         )
-        phase = opt_batch.meta.get("phase")
+        phase = step.phase
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
-        m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
+        m.update(step.metrics)
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         staleness = (self.global_step - opt_batch.policy_version).float()
@@ -314,7 +348,7 @@ class Trainer:
                     batch, gen_metrics = self.generate_batch()
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
-                    opt_batches = self.schedule.plan(self, batch) if len(batch) else []
+                    opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
                     start = 0
                 self.pending_round["num_opt_batches"] = len(opt_batches)
                 for i, ob in enumerate(opt_batches):
@@ -345,7 +379,7 @@ class Trainer:
         self.save(self.output_dir / "final", hf_folder=True)
         return last
 
-    def _replan_resumed(self) -> tuple[RolloutBatch, list[RolloutBatch], int]:
+    def _replan_resumed(self) -> tuple[RolloutBatch, list[OptimizerStep], int]:
         """Rebuild the optimizer batches of a generation batch restored from a checkpoint.
 
         The schedule state, global RNG state and step count are set to what they were when the batch
@@ -360,7 +394,7 @@ class Trainer:
         restore_rng_state(r["rng"])
         self.global_step = r["plan_step"]
         try:
-            opt_batches = self.schedule.plan(self, batch) if len(batch) else []
+            opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
         finally:
             self.global_step = now_step
             restore_rng_state(now_rng)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from rlvr.core.aggregation import AggDenominators, compute_denominators
-from rlvr.core.masks import combine_masks, truncation_mask
+from rlvr.core.masks import combine_masks, loss_weights  # noqa: F401 (loss_weights re-exported)
 from rlvr.core.objective import LossSettings, policy_objective
 from rlvr.trainer.forward import completion_logprobs, micro_batches  # noqa: F401 (re-exported)
 from rlvr.trainer.metrics import LossMetricAccumulator
@@ -36,16 +36,20 @@ carry gradient: detach before using them). Two optional extensions, both general
 """
 
 
-LossKwargsFn = Callable[[RolloutBatch], Mapping[str, Any]]
-"""A loss-input hook: ``(micro_batch) -> keyword arguments`` for the registered policy loss of that
-micro-batch (per-row tensors ``[n]`` / ``[n, T]`` cut from the micro-batch, or constants). An optimizer
-batch names its hook in ``meta["loss_kwargs_fn"]`` (FBOS-RL: ``is_offpolicy``, ``behaviour_logp``)."""
-
-
-def loss_weights(batch: RolloutBatch, *, mask_truncated: bool) -> torch.Tensor:
-    """Effective loss weight ``W = M ⊙ w ⊙ truncation mask`` ``[N, T]`` (``grpo_core.md`` §5.4)."""
-    trunc = truncation_mask(batch.is_truncated, batch.completion_mask.shape[1]) if mask_truncated else None
-    return combine_masks(batch.completion_mask, batch.token_weights, trunc)
+def micro_loss_inputs(loss_inputs: Mapping[str, Any], rows: Sequence[int], n_rows: int, width: int) -> dict[str, Any]:
+    """The policy-loss inputs of one micro-batch: a tensor whose first dimension is ``n_rows`` (the
+    optimizer batch's rows) is row-aligned and cut to ``rows`` (``[N]`` → ``[n]``; ``[N, T]`` →
+    ``[n, width]``); every other value is passed as it is (see
+    :attr:`rlvr.schedules.base.OptimizerStep.loss_inputs`)."""
+    out: dict[str, Any] = {}
+    idx = torch.as_tensor(list(rows), dtype=torch.long)
+    for k, v in loss_inputs.items():
+        if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == n_rows:
+            v = v[idx]
+            if v.dim() >= 2:
+                v = v[:, :width]
+        out[k] = v
+    return out
 
 
 def _run_mask_hooks(
@@ -118,7 +122,7 @@ def policy_update(
     chunk_size: int = 1024,
     extra_mask_fns: Sequence[MaskFn] = (),
     step_optimizer: bool = True,
-    loss_kwargs_fn: LossKwargsFn | None = None,
+    loss_inputs: Mapping[str, Any] | None = None,
     share_prompt: bool = True,
 ) -> UpdateResult:
     """Forward/backward over micro-batches of ``batch`` and one optimizer step.
@@ -127,8 +131,8 @@ def policy_update(
     non-finite loss or gradient norm skips the step (gradients are discarded) and reports
     ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
     accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
-    ``loss_kwargs_fn`` (a :data:`LossKwargsFn`) supplies extra inputs of the registered policy loss per
-    micro-batch. ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
+    ``loss_inputs`` are extra inputs of the registered policy loss (row-aligned tensors are cut per
+    micro-batch, :func:`micro_loss_inputs`). ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
     (exact; :func:`rlvr.trainer.forward.shared_context_hidden`).
 
     Raises:
@@ -166,7 +170,7 @@ def policy_update(
         loss, metrics = policy_objective(
             logp, micro.old_logp, micro.advantages, W, settings, local_den,
             ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
-            loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
+            loss_kwargs=micro_loss_inputs(loss_inputs, rows, len(batch), micro.completion_mask.shape[1]) if loss_inputs else None,
         )
         if denominators is None:
             loss = loss / len(groups)

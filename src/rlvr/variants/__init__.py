@@ -1,9 +1,10 @@
 """Registration glue for the algorithm variants.
 
-Each module here registers its parts (samplers, schedules, loss masks, batch filters, advantage
-estimators) in the name-keyed registries when imported; the math lives in ``rlvr.core``, samplers in
-``rlvr.samplers`` and schedules in ``rlvr.trainer``. Every module of this package is imported by
-:func:`rlvr.trainer.components.validate_components`, so adding a file is enough.
+Each module here registers its parts (samplers, batch-level advantage estimators, loss masks, batch
+filters, config checks) with the registries' decorators (:mod:`rlvr.parts`) when imported; the math
+lives in ``rlvr.core``, samplers in ``rlvr.samplers`` and schedules in ``rlvr.schedules``. Importing
+this package imports every module in it (so adding a file is enough); :mod:`rlvr.trainer.components`
+imports the package. No module here imports the trainer.
 """
 
 import importlib

@@ -1,8 +1,8 @@
-"""μ-GRPO (``specs/mu_grpo.md``): registers ``MASKS["veto"]`` and ``SCHEDULES["staged"]``.
+"""μ-GRPO (``specs/mu_grpo.md``): registers ``MASKS["veto"]`` (``SCHEDULES["staged"]`` is in :mod:`rlvr.schedules.staged`).
 
 μ-GRPO is a schedule and a mask on top of GRPO: the recipe ``mu_grpo.yaml`` sets ``schedule: staged``,
 ``loss_masks: [veto]``, μ = ``steps_per_generation`` and the relaxed window ``epsilon=1.0,
-epsilon_high=4.0``. The math is :mod:`rlvr.core.veto`; the schedule is :mod:`rlvr.trainer.staged`.
+epsilon_high=4.0``. The math is :mod:`rlvr.core.veto`; the schedule is :mod:`rlvr.schedules.staged`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any
 import torch
 
 from rlvr.core.veto import VETO_SCOPES, neg_veto_mask, veto_metrics
-from rlvr.trainer.components import MASKS
-from rlvr.trainer.schedule import SCHEDULES
-from rlvr.trainer.staged import StagedSchedule
+from rlvr.parts import MASKS
 from rlvr.types import RolloutBatch
 
 
@@ -66,18 +64,8 @@ class VetoMask:
         return veto, veto_metrics(log_ratio, micro.advantages, mask, veto, self.threshold)
 
 
-def _veto(cfg: Any) -> VetoMask:
+@MASKS.register("veto")
+def make_veto_mask(cfg: Any) -> VetoMask:
+    """``MASKS["veto"]``: :class:`VetoMask` from ``mu_grpo.veto_ratio_threshold``, ``veto_scope``, ``veto_denominator``."""
     m = cfg.mu_grpo
     return VetoMask(m.veto_ratio_threshold, m.veto_scope, m.veto_denominator)
-
-
-def _staged(cfg: Any) -> StagedSchedule:
-    m = cfg.mu_grpo
-    return StagedSchedule(
-        cfg.steps_per_generation, cfg.num_iterations, cfg.seed, shuffle_groups=m.shuffle_groups_within_stage,
-        reset_optimizer_each_stage=m.reset_optimizer_each_stage, stage_prompt_draw=m.stage_prompt_draw,
-    )
-
-
-MASKS["veto"] = _veto
-SCHEDULES["staged"] = _staged

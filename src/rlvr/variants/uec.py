@@ -5,8 +5,10 @@
 * ``BATCH_FILTERS["uec_retention"]`` — the retention rule of §2.4 after advantages: regular rows need
   ``|Â| > uec.regular_adv_floor``, exploration rows pass ``uec.explore_filter`` / ``uec.explore_adv_floor``,
   truncated positive rows are dropped (``uec.drop_truncated_positive``);
-* ``SCHEDULES["uec_replay"]`` — :class:`rlvr.trainer.replay.UECReplaySchedule` (accumulation to
-  ``uec.update_size`` rows and the periodic replay stabiliser).
+* ``CONFIG_CHECKS["uec"]`` — the retention rule needs per-sequence advantages.
+
+The schedule ``SCHEDULES["uec_replay"]`` (accumulation to ``uec.update_size`` rows and the periodic
+replay stabiliser) is :class:`rlvr.schedules.uec_replay.UECReplaySchedule`.
 
 The advantage estimator, the loss and the optimizer loop are plain GRPO.
 """
@@ -18,13 +20,13 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.uec import retention_mask, truncated_positive_mask
+from rlvr.errors import ConfigError
+from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.hard_prompt import HardPromptSampler
-from rlvr.trainer.components import BATCH_FILTERS, SAMPLERS, SamplerContext
-from rlvr.trainer.replay import UECReplaySchedule
-from rlvr.trainer.schedule import SCHEDULES
-from rlvr.types import RolloutBatch
+from rlvr.types import KIND_EXPLORE, RolloutBatch
 
 
+@SAMPLERS.register("hard_prompt")
 def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     """``SAMPLERS["hard_prompt"]``: a :class:`HardPromptSampler` configured from ``ctx.cfg.uec``."""
     u = ctx.cfg.uec
@@ -36,6 +38,7 @@ def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     )
 
 
+@BATCH_FILTERS.register("uec_retention")
 def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
     """``BATCH_FILTERS["uec_retention"]``: keep the rows of :func:`rlvr.core.uec.retention_mask`.
 
@@ -54,7 +57,7 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
         if batch.advantages is None or batch.advantages.dim() != 1:
             raise ValueError("uec_retention: needs per-sequence advantages [N] (run it after advantages)")
         is_exp = (
-            torch.tensor([k == "explore" for k in batch.context_kind], dtype=torch.bool)
+            torch.tensor([k == KIND_EXPLORE for k in batch.context_kind], dtype=torch.bool)
             if batch.context_kind is not None else torch.zeros(len(batch), dtype=torch.bool)
         )
         keep = retention_mask(
@@ -75,6 +78,14 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
     return retention
 
 
-SAMPLERS["hard_prompt"] = make_hard_prompt_sampler
-BATCH_FILTERS["uec_retention"] = make_retention_filter
-SCHEDULES["uec_replay"] = UECReplaySchedule
+@CONFIG_CHECKS.register("uec")
+def check_uec(cfg: Any) -> None:
+    """``batch_filters: [uec_retention]`` needs per-sequence advantages ``[N]``.
+
+    Raises:
+        ConfigError: the advantage estimator gives per-token advantages (e.g. ``ib_tree``).
+    """
+    est = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator) if cfg.adv_estimator in BATCH_ADV_ESTIMATORS else None
+    if "uec_retention" in cfg.batch_filters and getattr(est, "per_token", False):
+        raise ConfigError(f"batch_filters=[uec_retention] needs per-sequence advantages; adv_estimator="
+                          f"{cfg.adv_estimator!r} gives per-token ones")

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.trainer.replay import TrajectoryBuffer, UECReplaySchedule
+from rlvr.schedules.uec_replay import TrajectoryBuffer, UECReplaySchedule
+from rlvr.testing import ModelPlanContext
 from rlvr.types import RolloutBatch
 
 
@@ -73,31 +74,31 @@ def _schedule(tmp_path, *overrides):
 
 def test_accumulation_to_fixed_update_size(tmp_path, tiny):
     factory, tok = tiny
-    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    tr = ModelPlanContext(factory(0), tok.pad_token_id, 1)
     cfg, sch = _schedule(tmp_path, "uec.replay_every=0")
-    assert sch.plan(tr, make_batch([0.5, -0.5, 0.7])) == []  # 3 < N_upd = 4: no update
+    assert sch.plan(make_batch([0.5, -0.5, 0.7]), tr) == []  # 3 < N_upd = 4: no update
     assert sch.log[-1]["uec/update_skipped"] == 1 and len(sch.pending) == 3
     tr.generation_round = 2
-    out = sch.plan(tr, make_batch([0.2, -0.2, 0.3, -0.3, 0.9, -0.9], seed=1))  # 9 rows: pop the oldest 8
+    out = sch.plan(make_batch([0.2, -0.2, 0.3, -0.3, 0.9, -0.9], seed=1), tr)  # 9 rows: pop the oldest 8
     assert sum(len(b) for b in out) == 8 and len(sch.pending) == 1
     assert sch.pending.data.advantages.tolist() == pytest.approx([-0.9])  # the newest row waits
     assert len(out) == 2  # ⌊9/4⌋ = 2 optimizer batches of N_upd
-    assert out[0].meta["update_metrics"]["uec/pending_size"] == 1
+    assert out[0].metrics["uec/pending_size"] == 1
     _, none = _schedule(tmp_path, "uec.accumulate=none", "uec.replay_every=0")
-    assert sum(len(b) for b in none.plan(tr, make_batch([0.5, -0.5, 0.7]))) == 3
+    assert sum(len(b) for b in none.plan(make_batch([0.5, -0.5, 0.7]), tr)) == 3
 
 
 def test_replay_cadence_and_stored_values(tmp_path, tiny):
     factory, tok = tiny
     model = factory(0)
-    tr = SimpleNamespace(model=model, pad_token_id=tok.pad_token_id, generation_round=0)
+    tr = ModelPlanContext(model, tok.pad_token_id, 0)
     cfg, sch = _schedule(tmp_path)
     fired, stored = [], None
     for t in range(1, 10):
         tr.generation_round = t
         adv = [1.5, -1.5, 2.0, -0.2] if t <= 3 else [0.5, -0.5, 0.4, -0.4]  # admissions only in rounds 1–3
-        out = sch.plan(tr, make_batch(adv, seed=t, version=t))
-        replay = [b for b in out if b.meta.get("phase") == "replay"]
+        out = sch.plan(make_batch(adv, seed=t, version=t), tr)
+        replay = [b for b in out if b.phase == "replay"]
         if replay:
             fired.append(t)
         if t == 1:  # stored old_logp = the log-probs of the policy about to train on them (μ = 1)
@@ -108,7 +109,7 @@ def test_replay_cadence_and_stored_values(tmp_path, tiny):
                 p.add_(0.01 * torch.randn_like(p))
         if t == 3:
             assert len(sch.replay) == 6 and sch.replay.full
-            rb = replay[0]
+            rb = replay[0].batch
             # the full buffer is replayed with its stored Â and old_logp, bit-identical to admission
             first = [i for i in range(len(rb)) if int(rb.policy_version[i]) == 1]
             assert torch.equal(rb.advantages[first], stored["advantages"])
@@ -116,24 +117,24 @@ def test_replay_cadence_and_stored_values(tmp_path, tiny):
                 k = int(rb.completion_mask[i].sum())
                 assert k == int(stored["completion_mask"][j].sum())
                 assert torch.equal(rb.old_logp[i, :k], stored["old_logp"][j, :k])
-            assert rb.meta["phase"] == "replay"
-            assert out[0].meta["update_metrics"]["uec/replay_fired"] == 1
+            assert replay[0].phase == "replay"
+            assert out[0].metrics["uec/replay_fired"] == 1
     # fires exactly when t mod 3 == 0 and |replay| ≥ N_upd = 4 (round 3 holds 6 rows; rows stay after use)
     assert fired == [3, 6, 9]
     assert "uec/entropy_after_replay" in sch.log[3] and "uec/entropy_before_replay" in sch.log[2]
     _, small = _schedule(tmp_path, "uec.replay_min_size=10")
     for t in range(1, 7):
         tr.generation_round = t
-        assert not [b for b in small.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2], seed=t)) if b.meta.get("phase")]
+        assert not [b for b in small.plan(make_batch([1.5, -1.5, 2.0, -0.2], seed=t), tr) if b.phase]
 
 
 def test_schedule_state_roundtrip_through_safetensors_and_json(tmp_path, tiny):
     from safetensors.torch import load_file, save_file
 
     factory, tok = tiny
-    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    tr = ModelPlanContext(factory(0), tok.pad_token_id, 1)
     cfg, sch = _schedule(tmp_path)
-    sch.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2, 0.3], seed=1))
+    sch.plan(make_batch([1.5, -1.5, 2.0, -0.2, 0.3], seed=1), tr)
     state = sch.state_dict()
     tensors = state.pop("tensors")
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "s.safetensors"))
@@ -147,11 +148,11 @@ def test_schedule_state_roundtrip_through_safetensors_and_json(tmp_path, tiny):
             assert (x is None and y is None) or torch.equal(x, y)
         assert a.data.context_ids == b.data.context_ids and a.data.context_kind == b.data.context_kind
     tr.generation_round = 3
-    o1 = sch.plan(tr, make_batch([0.5, -0.5, 0.6, -0.6], seed=3))
-    o2 = sch2.plan(tr, make_batch([0.5, -0.5, 0.6, -0.6], seed=3))
+    o1 = sch.plan(make_batch([0.5, -0.5, 0.6, -0.6], seed=3), tr)
+    o2 = sch2.plan(make_batch([0.5, -0.5, 0.6, -0.6], seed=3), tr)
     assert [len(b) for b in o1] == [len(b) for b in o2]
     for b1, b2 in zip(o1, o2):
-        assert torch.equal(b1.advantages, b2.advantages) and torch.equal(b1.completion_ids, b2.completion_ids)
+        assert torch.equal(b1.batch.advantages, b2.batch.advantages) and torch.equal(b1.batch.completion_ids, b2.batch.completion_ids)
 
 
 def _half_hard_task():
@@ -204,12 +205,12 @@ def test_ablation_switches_tempered_is_fresh_ratios_and_remove_after_use(tmp_pat
 
     factory, tok = tiny
     model = factory(0)
-    tr = SimpleNamespace(model=model, pad_token_id=tok.pad_token_id, generation_round=1)
+    tr = ModelPlanContext(model, tok.pad_token_id, 1)
     cfg, sch = _schedule(tmp_path, "uec.explore_is_correction=tempered_is", "uec.explore_is_max_weight=3.0",
                          "uec.replay_every=0")
     b = make_batch([0.5, -0.5, 0.8, 0.9], kinds=["regular", "regular", "explore", "explore"])
-    out = sch.plan(tr, b)
-    rows = torch.cat([x.token_weights for x in out]) if out else None
+    out = sch.plan(b, tr)
+    rows = torch.cat([x.batch.token_weights for x in out]) if out else None
     assert rows is not None
     lp, _ = batch_logprobs(model, b, pad_token_id=tok.pad_token_id)
     want = tempered_is_weights(lp[2:], b.sampler_logp[2:], b.completion_mask[2:], 3.0)
@@ -218,19 +219,19 @@ def test_ablation_switches_tempered_is_fresh_ratios_and_remove_after_use(tmp_pat
     # fresh replay ratios and replayed rows removed after use
     _, fresh = _schedule(tmp_path, "uec.replay_recompute_old_logprob=true", "uec.replay_remove_after_use=true",
                          "uec.replay_every=1", "uec.replay_min_size=1")
-    out = fresh.plan(tr, make_batch([1.5, -1.5, 2.0, -0.2], seed=4))
-    rb = [x for x in out if x.meta.get("phase") == "replay"]
+    out = fresh.plan(make_batch([1.5, -1.5, 2.0, -0.2], seed=4), tr)
+    rb = [x for x in out if x.phase == "replay"]
     assert rb and len(fresh.replay) == 0
-    lp, _ = batch_logprobs(model, rb[0], pad_token_id=tok.pad_token_id)
-    assert torch.equal(rb[0].old_logp, lp)
+    lp, _ = batch_logprobs(model, rb[0].batch, pad_token_id=tok.pad_token_id)
+    assert torch.equal(rb[0].batch.old_logp, lp)
 
 
 def test_token_diagnostics_per_kind(tmp_path, tiny):
     factory, tok = tiny
-    tr = SimpleNamespace(model=factory(0), pad_token_id=tok.pad_token_id, generation_round=1)
+    tr = ModelPlanContext(factory(0), tok.pad_token_id, 1)
     _, sch = _schedule(tmp_path, "uec.token_diagnostics=true", "uec.replay_every=0")
-    out = sch.plan(tr, make_batch([0.5, -0.5, 0.8, 0.9], kinds=["regular", "regular", "explore", "explore"]))
-    m = out[0].meta["update_metrics"]
+    out = sch.plan(make_batch([0.5, -0.5, 0.8, 0.9], kinds=["regular", "regular", "explore", "explore"]), tr)
+    m = out[0].metrics
     for kind in ("regular", "explore"):
         assert 0 <= m[f"uec/low_prob_positive_frac/{kind}"] <= 1
         assert m[f"uec/nll_entropy_proxy/{kind}"] > 0 and m[f"uec/token_entropy/{kind}"] > 0

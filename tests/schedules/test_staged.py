@@ -11,8 +11,8 @@ import torch
 
 from rlvr.testing import small_config
 from rlvr.trainer.components import MASKS, validate_components
-from rlvr.trainer.schedule import SCHEDULES
-from rlvr.trainer.staged import StagedSchedule
+from rlvr.schedules import SCHEDULES
+from rlvr.schedules.staged import StagedSchedule
 from rlvr.trainer.trainer import Trainer
 from rlvr.trainer.update import policy_update
 
@@ -48,11 +48,11 @@ def test_stage_bookkeeping(tmp_path, tiny, toy_task):
         passes.append(tr.global_step)
         return orig_logprobs(model, batch)
 
-    def spy_plan(trainer, batch):
-        obs = orig_plan(trainer, batch)
-        stages.append({"step": trainer.global_step, "batch": batch, "adv": batch.advantages.clone(),
+    def spy_plan(batch, ctx):
+        obs = orig_plan(batch, ctx)
+        stages.append({"step": tr.global_step, "batch": batch, "adv": batch.advantages.clone(),
                        "old": batch.old_logp.clone(), "version": batch.policy_version.clone(),
-                       "groups": [ob.group_id.tolist() for ob in obs]})
+                       "groups": [ob.batch.group_id.tolist() for ob in obs]})
         return obs
 
     tr._logprobs, tr.schedule.plan = count_logprobs, spy_plan
@@ -104,12 +104,12 @@ def test_replanning_the_same_stage_is_idempotent(tmp_path, tiny, toy_task):
     batch, _ = tr.generate_batch()  # stage 1
     tr.optimizer.state["marker"] = {"x": 1}
     loader = tr.loader.state_dict()
-    first = tr.schedule.plan(tr, batch)
-    again = tr.schedule.plan(tr, batch)
+    first = tr.schedule.plan(batch, tr.plan_ctx)
+    again = tr.schedule.plan(batch, tr.plan_ctx)
     assert "marker" in tr.optimizer.state and tr.loader.state_dict() == loader
-    assert [ob.group_id.tolist() for ob in first] == [ob.group_id.tolist() for ob in again]
-    assert "before_update" in first[0].meta and all("before_update" not in ob.meta for ob in first[1:])
-    first[0].meta["before_update"](tr)
+    assert [ob.batch.group_id.tolist() for ob in first] == [ob.batch.group_id.tolist() for ob in again]
+    assert first[0].start == ("reset_optimizer",) and all(not ob.start for ob in first[1:])
+    tr._update(first[0])  # the trainer runs the start action just before the step
     assert "marker" not in tr.optimizer.state
 
 
@@ -152,8 +152,8 @@ def test_resume_in_the_middle_of_a_stage(tmp_path, tiny, toy_task, reset=True):
 def test_no_shuffle_keeps_generation_order(tmp_path, tiny, toy_task):
     tr = make(tmp_path, tiny, toy_task, "mu_grpo.shuffle_groups_within_stage=false")
     batch, _ = tr.generate_batch()
-    obs = tr.schedule.plan(tr, batch)
-    order = [g for ob in obs for g in dict.fromkeys(ob.group_id.tolist())]
+    obs = tr.schedule.plan(batch, tr.plan_ctx)
+    order = [g for ob in obs for g in dict.fromkeys(ob.batch.group_id.tolist())]
     assert order == list(dict.fromkeys(batch.group_id.tolist()))
 
 

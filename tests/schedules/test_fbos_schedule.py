@@ -11,10 +11,11 @@ import torch
 
 from rlvr.testing import ToyTask, small_config
 from rlvr.core.fbos import view_advantages
-from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, build_fap_text
+from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, build_fap_text
 from rlvr.tasks.base import Problem, Verdict
 from rlvr.tasks.feedback import make_feedback
 from rlvr.tasks.prompts import render_prompt
+from rlvr.schedules import OptimizerStep
 from rlvr.trainer.trainer import Trainer
 from rlvr.trainer.update import policy_update
 from rlvr.types import Generation
@@ -30,7 +31,7 @@ def _one_thread():
     yield
     torch.set_num_threads(n)
 
-FBOS = ["sampler=feedback", "schedule=fbos", "reward_timeout_s=0"]
+FBOS = ["sampler=feedback", "schedule=fbos", "adv_estimator=fbos", "reward_timeout_s=0"]
 
 
 class AddTask:
@@ -77,10 +78,10 @@ def scripted_trainer(tmp_path, tiny, *overrides):
     return Trainer(cfg, factory(0), tok, AddTask(), engine=ScriptedEngine(tok))
 
 
-def grads_of(tr, ob):
-    res = policy_update(tr.model, tr.optimizer, ob, ob.meta.get("loss_settings", tr.settings),
+def grads_of(tr, step):
+    res = policy_update(tr.model, tr.optimizer, step.batch, step.loss_settings or tr.settings,
                         pad_token_id=tr.pad_token_id, rows_per_micro=3, step_optimizer=False, max_grad_norm=None,
-                        loss_kwargs_fn=ob.meta.get("loss_kwargs_fn"))
+                        loss_inputs=step.loss_inputs)
     g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in tr.model.parameters()])
     tr.optimizer.zero_grad(set_to_none=True)
     return g, res.metrics
@@ -90,27 +91,29 @@ def test_rescued_prompt_gives_epa_gradient_and_none_without_fap_rollouts(tmp_pat
     tr = scripted_trainer(tmp_path, tiny)
     batch, metrics = tr.generate_batch()
     assert metrics["fbos/rescued_frac"] == 1.0 and metrics["fbos/pass_rate_initial"] == 0.0
-    epa, ecc = tr.schedule.plan(tr, batch)
-    assert (epa.meta["phase"], ecc.meta["phase"]) == ("epa", "ecc")
+    epa, ecc = tr.schedule.plan(batch, tr.plan_ctx)
+    assert (epa.phase, ecc.phase) == ("epa", "ecc")
     g, m = grads_of(tr, epa)
     assert g.abs().sum() > 0 and m["actor/grad_norm"] > 0
-    only_z = epa.select([i for i, k in enumerate(epa.context_kind) if k != KIND_ORIGINAL])
-    only_z.meta = dict(epa.meta)
-    gz, _ = grads_of(tr, only_z)  # the feedback-guided rows alone: gradient through log π_θ(z | x)
+
+    def epa_step(b):
+        return OptimizerStep(b, loss_settings=epa.loss_settings, loss_inputs=tr.schedule.loss_inputs(b))
+
+    only_z = epa.batch.select([i for i, k in enumerate(epa.batch.context_kind) if k != KIND_ORIGINAL])
+    gz, _ = grads_of(tr, epa_step(only_z))  # the feedback-guided rows alone: gradient through log π_θ(z | x)
     assert gz.abs().sum() > 0
     # control: the same prompt without its feedback-guided rollouts → zero-variance group → zero gradient
-    keep = [i for i, k in enumerate(epa.context_kind) if k == KIND_ORIGINAL]
-    ctrl = epa.select(keep)
+    keep = [i for i, k in enumerate(epa.batch.context_kind) if k == KIND_ORIGINAL]
+    ctrl = epa.batch.select(keep)
     ctrl.advantages = view_advantages(ctrl.rewards, ctrl.group_id, torch.ones(len(ctrl), dtype=torch.bool))
-    ctrl.meta = dict(epa.meta)
-    g0, m0 = grads_of(tr, ctrl)
+    g0, m0 = grads_of(tr, epa_step(ctrl))
     assert (ctrl.advantages == 0).all() and torch.count_nonzero(g0) == 0 and m0["actor/grad_norm"] == 0
 
 
 def test_feedback_text_changes_ecc_loss_but_not_epa_loss(tmp_path, tiny):
     tr = scripted_trainer(tmp_path, tiny)
     batch, _ = tr.generate_batch()
-    tr.schedule.plan(tr, batch)  # sets old_logp of both views (sampling-time contexts)
+    assert batch.old_logp is not None  # prepared: old_logp of both views (sampling-time contexts)
     prob = batch.problems[0]
 
     def with_feedback(text):
@@ -121,10 +124,9 @@ def test_feedback_text_changes_ecc_loss_but_not_epa_loss(tmp_path, tiny):
                 msgs = [{"role": "system", "content": tr.encoder.system_prompt}, {"role": "user", "content": fap}]
                 b.context_ids[i] = tr.tokenizer(render_prompt(tr.tokenizer, msgs), add_special_tokens=False)["input_ids"]
         epa = b.select([i for i, k in enumerate(b.context_kind) if k != KIND_FEEDBACK])
-        epa.meta = {"loss_settings": dataclasses.replace(tr.settings, policy_loss="fbos_epa"),
-                    "loss_kwargs_fn": tr.schedule.loss_kwargs}
-        ecc = b.select([i for i, k in enumerate(b.context_kind) if k == KIND_FEEDBACK])
-        ecc.meta = {}
+        epa = OptimizerStep(epa, loss_settings=dataclasses.replace(tr.settings, policy_loss="fbos_epa"),
+                            loss_inputs=tr.schedule.loss_inputs(epa))
+        ecc = OptimizerStep(b.select([i for i, k in enumerate(b.context_kind) if k == KIND_FEEDBACK]))
         return grads_of(tr, epa), grads_of(tr, ecc)
 
     (ga, ma), (gc, mc) = with_feedback("Your final answer is incorrect.")
@@ -137,14 +139,14 @@ def test_feedback_text_changes_ecc_loss_but_not_epa_loss(tmp_path, tiny):
 def test_ratio_is_one_at_theta_old_for_initial_and_ecc_tokens(tmp_path, tiny):
     tr = scripted_trainer(tmp_path, tiny)
     batch, _ = tr.generate_batch()
-    epa, ecc = tr.schedule.plan(tr, batch)
+    epa, ecc = tr.schedule.plan(batch, tr.plan_ctx)
     for ob in (epa, ecc):
         _, m = grads_of(tr, ob)
         assert m["actor/ratio/min"] == pytest.approx(1.0, abs=1e-4)
         assert m["actor/ratio/max"] == pytest.approx(1.0, abs=1e-4)
         assert m["actor/clip_ratio/region"] == 0.0
-    w = epa.meta["update_metrics"]["fbos/offpolicy_weight_mean"]
-    off = torch.tensor([k != KIND_ORIGINAL for k in epa.context_kind])
+    w = epa.metrics["fbos/offpolicy_weight_mean"]
+    off = torch.tensor([k != KIND_ORIGINAL for k in epa.batch.context_kind])
     p = batch.old_logp[: len(epa)].exp()  # EPA rows come first in the batch
     want = ((p / (p + 0.1)) * batch.completion_mask[: len(epa)])[off].sum() / batch.completion_mask[: len(epa)][off].sum()
     assert w == pytest.approx(float(want), rel=1e-5)
@@ -153,16 +155,16 @@ def test_ratio_is_one_at_theta_old_for_initial_and_ecc_tokens(tmp_path, tiny):
 def test_joint_gradient_is_sum_of_epa_and_ecc_gradients(tmp_path, tiny):
     tr = scripted_trainer(tmp_path, tiny)
     batch, _ = tr.generate_batch()
-    epa, ecc = tr.schedule.plan(tr, batch)
+    epa, ecc = tr.schedule.plan(batch, tr.plan_ctx)
     g_epa, m_epa = grads_of(tr, epa)
     g_ecc, m_ecc = grads_of(tr, ecc)
     tr.cfg.fbos.combine_mode = "joint"
-    (joint,) = tr.schedule.plan(tr, batch)
-    assert joint.meta["phase"] == "joint" and joint.meta["update_metrics"]["fbos/optimizer_steps_per_step"] == 1
+    (joint,) = tr.schedule.plan(batch, tr.plan_ctx)
+    assert joint.phase == "joint" and joint.metrics["fbos/optimizer_steps_per_step"] == 1
     g_joint, m_joint = grads_of(tr, joint)
     assert torch.allclose(g_joint, g_epa + g_ecc, atol=1e-6, rtol=1e-4)
     assert m_joint["loss/policy"] == pytest.approx(m_epa["loss/policy"] + m_ecc["loss/policy"], abs=1e-6)
-    um = joint.meta["update_metrics"]
+    um = joint.metrics
     assert um["loss/epa"] == pytest.approx(m_epa["loss/policy"], abs=1e-6)
     assert um["loss/ecc"] == pytest.approx(m_ecc["loss/policy"], abs=1e-6)
 
@@ -239,3 +241,16 @@ def test_generic_reward_metrics_count_each_generated_sequence_once(tmp_path, tin
     assert len(batch.context_kind) == 12 and batch.context_kind.count(KIND_FEEDBACK) == 4
     assert metrics["reward/pass_rate"] == pytest.approx(1 / 8)
     assert metrics["reward/mean"] == pytest.approx(1 / 8)
+
+
+def test_positive_only_epa_view_drops_negative_feedback_guided_rows(tmp_path, tiny):
+    """``fbos.epa_fb_positive_only``: the EPA step keeps only the feedback-guided rows with Â > 0 (the
+    schedule applies it; the ECC view keeps every FAP rollout)."""
+    tr = scripted_trainer(tmp_path, tiny, "fbos.epa_fb_positive_only=true")
+    batch, _ = tr.generate_batch()
+    off = [i for i, k in enumerate(batch.context_kind) if k == KIND_ORIGINAL_OFFPOLICY]
+    assert any(batch.advantages[i] < 0 for i in off)  # something to drop
+    epa, ecc = tr.schedule.plan(batch, tr.plan_ctx)
+    kept = [float(a) for a, k in zip(epa.batch.advantages, epa.batch.context_kind) if k == KIND_ORIGINAL_OFFPOLICY]
+    assert kept and all(a > 0 for a in kept)
+    assert len(ecc) == sum(k == KIND_FEEDBACK for k in batch.context_kind)

@@ -17,8 +17,10 @@ Step accounting: the trainer counts ``max_steps`` in optimizer updates, so one F
 schedule with ``steps_per_generation=2``).
 
 ``π_old`` log-probs of both views are computed once, before the first update, each row under its own
-context (spec §2.9); the same no-grad pass gives the per-view entropies and the θ_old values of
-``loss/epa`` and ``loss/ecc``.
+context (spec §2.9), by the trainer's preparation path (``needs_old_logp``); a no-grad pass through the
+plan context gives the per-view entropies, and the θ_old values of ``loss/epa`` and ``loss/ecc`` are
+computed from the stored ``old_logp``. The EPA step's per-row inputs (``is_offpolicy``,
+``behaviour_logp``) travel as the step's ``loss_inputs``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ from rlvr.core.aggregation import aggregate
 from rlvr.core.fbos import epa_policy_loss, offpolicy_weight, view_normalised_weights
 from rlvr.core.policy_loss import get_policy_loss
 from rlvr.errors import ConfigError
-from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, is_epa_kind
-from rlvr.trainer.forward import batch_logprobs
-from rlvr.trainer.update import loss_weights
-from rlvr.types import RolloutBatch
+from rlvr.core.masks import loss_weights
+from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext
+from rlvr.types import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, RolloutBatch, is_epa_kind
 
 
 def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
@@ -47,8 +48,7 @@ class AlternatingViews:
     """The ``fbos`` schedule (``SCHEDULES["fbos"]``).
 
     Args:
-        cfg: the run config (reads ``fbos.*``, ``num_iterations``, ``per_device_train_batch_size``,
-            ``logprob_chunk_size``, ``mask_truncated_completions`` and the aggregation settings).
+        cfg: the run config (reads ``fbos.*``, ``num_iterations``, ``mask_truncated_completions``).
 
     Raises:
         ConfigError: ``steps_per_generation > 1`` (each view is one optimizer batch; use
@@ -64,29 +64,23 @@ class AlternatingViews:
         self.cfg = cfg
         self.fbos = cfg.fbos
 
+    needs_old_logp = True  # the second view's step runs after the first moved the policy (spec §2.9)
+
     # ----------------------------------------------------------------------------- helpers
-    def loss_kwargs(self, micro: RolloutBatch) -> dict[str, Any]:
-        """Inputs of ``POLICY_LOSSES["fbos_epa"]`` for one micro-batch: ``is_offpolicy`` ``[n]`` from the
-        rows' ``context_kind``, ``behaviour_logp`` ``[n, T]`` (the sampler's ``log π_old(z | c_j)``) and
-        the weighting switches."""
-        kinds = micro.context_kind or [KIND_ORIGINAL] * len(micro)
+    def loss_inputs(self, batch: RolloutBatch) -> dict[str, Any]:
+        """Inputs of ``POLICY_LOSSES["fbos_epa"]`` for ``batch``: ``is_offpolicy`` ``[N]`` from the rows'
+        ``context_kind``, ``behaviour_logp`` ``[N, T]`` (the sampler's ``log π_old(z | c_j)``) and the
+        weighting switches (row-aligned tensors are cut per micro-batch by the trainer)."""
+        kinds = batch.context_kind or [KIND_ORIGINAL] * len(batch)
         return {
             "is_offpolicy": torch.tensor([k == KIND_ORIGINAL_OFFPOLICY for k in kinds], dtype=torch.bool),
-            "behaviour_logp": micro.sampler_logp,
+            "behaviour_logp": batch.sampler_logp,
             "offpolicy_weight_kind": self.fbos.epa_offpolicy_weight,
             "gamma": self.fbos.shaping_gamma,
             "cap": self.fbos.trunc_is_cap,
         }
 
-    def prepass(self, trainer: Any, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(old_logp, entropy)``, each ``[N, T]``: every row under its own context, current weights."""
-        return batch_logprobs(
-            trainer.model, batch, pad_token_id=trainer.pad_token_id,
-            rows_per_micro=self.cfg.per_device_train_batch_size, chunk_size=self.cfg.logprob_chunk_size,
-            with_entropy=True,
-        )
-
-    def _metrics(self, trainer: Any, batch: RolloutBatch, ent: torch.Tensor, n_updates: int) -> dict[str, float]:
+    def _metrics(self, ctx: PlanContext, batch: RolloutBatch, ent: torch.Tensor, n_updates: int) -> dict[str, float]:
         cfg, f = self.cfg, self.fbos
         kinds = batch.context_kind or [KIND_ORIGINAL] * len(batch)
         W = loss_weights(batch, mask_truncated=cfg.mask_truncated_completions)
@@ -101,7 +95,7 @@ class AlternatingViews:
             old, f.epa_offpolicy_weight, gamma=f.shaping_gamma, cap=f.trunc_is_cap,
             behaviour_logp=batch.sampler_logp, old_logp=old,
         )
-        s = trainer.settings
+        s = ctx.settings
 
         def view_loss(mask: torch.Tensor, epa_view: bool) -> float:
             Wv = W * mask
@@ -111,7 +105,7 @@ class AlternatingViews:
                 tok, _ = epa_policy_loss(
                     old, old, batch.advantages, M, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
                     clip_ratio_c=s.clip_ratio_c, importance_sampling_level=s.importance_sampling_level,
-                    **{k: v for k, v in self.loss_kwargs(batch).items()},
+                    **self.loss_inputs(batch),
                 )
             else:
                 tok, _ = get_policy_loss(s.policy_loss)(
@@ -135,53 +129,53 @@ class AlternatingViews:
         }
 
     # ----------------------------------------------------------------------------- plan
-    def plan(self, trainer: Any, batch: RolloutBatch) -> list[RolloutBatch]:
-        """EPA and ECC optimizer batches for one generation batch (see the module docstring)."""
+    def plan(self, batch: RolloutBatch, ctx: PlanContext) -> list[OptimizerStep]:
+        """EPA and ECC optimizer steps for one generation batch (see the module docstring).
+
+        Raises:
+            ValueError: the batch has no ``old_logp`` (the trainer's preparation path sets it).
+        """
         cfg, f = self.cfg, self.fbos
+        if batch.old_logp is None:
+            raise ValueError("schedule=fbos: the prepared batch has no old_logp (needs_old_logp is True)")
+        if f.epa_fb_positive_only:  # the EPA view keeps only feedback-guided rollouts with Â ≥ 0 (spec §3)
+            off = torch.tensor([k == KIND_ORIGINAL_OFFPOLICY for k in batch.context_kind or []], dtype=torch.bool)
+            if off.numel():
+                batch = batch.select((~(off & (batch.advantages < 0))).nonzero(as_tuple=True)[0])
         kinds = batch.context_kind or [KIND_ORIGINAL] * len(batch)
-        old, ent = self.prepass(trainer, batch)
-        if not (batch.meta.get("fbos_old_logp") and batch.old_logp is not None):
-            batch.old_logp = old  # a re-planned (resumed) batch keeps the π_old of its first planning
-            batch.meta["fbos_old_logp"] = True
+        _, ent = ctx.logprobs(batch, with_entropy=True)
+        assert ent is not None
         epa_idx = [i for i, k in enumerate(kinds) if is_epa_kind(k)]
         ecc_idx = [i for i, k in enumerate(kinds) if k == KIND_FEEDBACK]
-        epa_settings = dataclasses.replace(trainer.settings, policy_loss="fbos_epa")
-        out: list[RolloutBatch] = []
+        epa_settings = dataclasses.replace(ctx.settings, policy_loss="fbos_epa")
+        steps: list[dict[str, Any]] = []
         if f.combine_mode == "joint":
             W = loss_weights(batch, mask_truncated=cfg.mask_truncated_completions)
             view = torch.tensor([0 if is_epa_kind(k) else 1 for k in kinds], dtype=torch.long)
-            s = trainer.settings
+            s = ctx.settings
             joint = batch.select(range(len(batch)))
             u = view_normalised_weights(
                 W, view, s.loss_agg_mode, seq_denominator=s.seq_denominator, loss_scale_factor=s.loss_scale_factor,
                 view_scale={1: f.ecc_weight},
             )
             joint.token_weights = u[:, : joint.completion_mask.shape[1]]
-            joint.meta = {
-                "phase": "joint",
-                "loss_settings": dataclasses.replace(epa_settings, loss_agg_mode="token-sum"),
-                "loss_kwargs_fn": self.loss_kwargs,
-            }
-            steps = [joint]
+            steps.append({"batch": joint, "phase": "joint", "loss_inputs": self.loss_inputs(joint),
+                          "loss_settings": dataclasses.replace(epa_settings, loss_agg_mode="token-sum")})
         else:
-            steps = []
             if epa_idx:
                 epa = batch.select(epa_idx)
-                epa.meta = {"phase": "epa", "loss_settings": epa_settings, "loss_kwargs_fn": self.loss_kwargs}
-                steps.append(epa)
+                steps.append({"batch": epa, "phase": "epa", "loss_settings": epa_settings,
+                              "loss_inputs": self.loss_inputs(epa)})
             if ecc_idx and f.ecc_weight > 0:
                 ecc = batch.select(ecc_idx)
                 ecc.advantages = ecc.advantages * f.ecc_weight
-                ecc.meta = {"phase": "ecc", "loss_settings": trainer.settings}
-                steps.append(ecc)
+                steps.append({"batch": ecc, "phase": "ecc", "loss_settings": ctx.settings})
             if f.update_order == "ecc_first":
                 steps.reverse()
         if not steps:
             return []
-        steps[0].meta["update_metrics"] = self._metrics(trainer, batch, ent, len(steps) * cfg.num_iterations)
-        for _ in range(cfg.num_iterations):
-            out.extend(steps)
-        return out
+        steps[0]["metrics"] = self._metrics(ctx, batch, ent, len(steps) * cfg.num_iterations)
+        return [OptimizerStep(**st) for st in steps] * cfg.num_iterations  # metrics logged in every pass
 
     def state_dict(self) -> dict[str, Any]:
         """No state: each generation batch is planned on its own."""
@@ -189,3 +183,9 @@ class AlternatingViews:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Nothing to restore (see :meth:`state_dict`)."""
+
+
+@SCHEDULES.register("fbos")
+def make_fbos_schedule(cfg: Any) -> AlternatingViews:
+    """``SCHEDULES["fbos"]``: :class:`AlternatingViews`."""
+    return AlternatingViews(cfg)

@@ -17,22 +17,21 @@ update of a stage; ``sampler`` takes the engine's). This schedule adds what is s
   ``mu_grpo/generation_phases`` and ``mu_grpo/weight_syncs`` (cumulative; the colocated HF engine
   samples from the trained module itself, so each generation phase is one weight sync at no cost).
 
-Stage bookkeeping is a function of the trainer's ``generation_round`` (stage = round − 1 after the
+Stage bookkeeping is a function of the context's ``generation_round`` (stage = round − 1 after the
 stage was drawn) and :meth:`StagedSchedule.plan` has no side effects, so re-planning the same stage
-after a resume gives the same optimizer batches and counts nothing twice. The stage-entry actions
-(optimizer reset, fresh prompt shuffle) ride on the first optimizer batch as
-``meta["before_update"]``, which the trainer runs just before that update, so they happen exactly
-once even when a resumed run re-plans the stage and skips the updates already done. Mid-stage resume stores the stage data in the checkpoint (the pending
+after a resume gives the same optimizer steps and counts nothing twice. The stage-entry actions
+(optimizer reset, fresh prompt shuffle) are the first step's ``start`` actions, which the trainer runs
+just before that update, so they happen exactly once even when a resumed run re-plans the stage and
+skips the updates already done. Mid-stage resume stores the stage data in the checkpoint (the pending
 generation batch of :mod:`rlvr.trainer.checkpoint`), it is not regenerated: regenerating would need
 the stage-start weights, which are gone after the stage's first update.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from rlvr.trainer.schedule import split_groups
+from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext, split_groups
 from rlvr.types import RolloutBatch
 
 
@@ -80,42 +79,31 @@ class StagedSchedule:
         """Optimizer updates per stage (``steps_per_generation × num_iterations``)."""
         return self.steps_per_generation * self.num_iterations
 
-    def plan(self, trainer: Any, batch: RolloutBatch) -> list[RolloutBatch]:
-        """Optimizer batches of the stage just drawn (``trainer.generation_round`` already counts it).
+    @property
+    def needs_old_logp(self) -> bool:
+        """μ > 1: every update after a stage's first sees a moved policy."""
+        return self.mu > 1
 
-        Each batch's ``meta["update_metrics"]`` carries the stage metrics of its update.
+    def plan(self, batch: RolloutBatch, ctx: PlanContext) -> list[OptimizerStep]:
+        """Optimizer steps of the stage just drawn (``ctx.generation_round`` already counts it).
+
+        Each step's ``metrics`` carry the stage metrics of its update; the first step's ``start`` holds the
+        stage-entry actions (``reset_optimizer`` from the second stage on with
+        ``reset_optimizer_each_stage``; ``reshuffle_prompts`` with ``stage_prompt_draw=fresh_shuffle``).
         """
-        rnd = int(trainer.generation_round)
+        rnd = int(ctx.generation_round)
         stage = rnd - 1
-        if self.shuffle_groups:
-            batches = split_groups(batch, self.steps_per_generation, seed=self.seed * 31 + rnd, passes=self.num_iterations)
-        else:
-            batches = _split_in_order(batch, self.steps_per_generation) * self.num_iterations
-        out = []
-        for k, ob in enumerate(batches):
-            ob.meta = {
-                **{key: v for key, v in ob.meta.items() if key != "before_update"},
-                "update_metrics": {
-                    "mu_grpo/stage": float(stage),
-                    "staleness/current": float(k),
-                    "mu_grpo/generation_phases": float(rnd),
-                    "mu_grpo/weight_syncs": float(rnd),
-                },
-            }
-            out.append(ob)
-        if out and (self.reset_optimizer_each_stage and stage > 0 or self.stage_prompt_draw == "fresh_shuffle"):
-            out[0].meta["before_update"] = self._enter_stage
-        return out
-
-    def _enter_stage(self, trainer: Any) -> None:
-        """Stage-entry actions, run by the trainer just before the stage's first update (and only then:
-        a run resumed mid-stage skips that update, and its restored optimizer and loader already
-        reflect the entry)."""
-        if self.reset_optimizer_each_stage and trainer.generation_round > 1:
-            trainer.optimizer.state = defaultdict(dict)
-        if self.stage_prompt_draw == "fresh_shuffle":
-            st = trainer.loader.state_dict()
-            trainer.loader.load_state_dict({**st, "epoch": st["epoch"] + 1, "pos": 0})
+        seed = self.seed * 31 + rnd if self.shuffle_groups else None
+        batches = split_groups(batch, self.steps_per_generation, seed=seed, passes=self.num_iterations)
+        start = tuple(a for a, on in (("reset_optimizer", self.reset_optimizer_each_stage and stage > 0),
+                                      ("reshuffle_prompts", self.stage_prompt_draw == "fresh_shuffle")) if on)
+        return [
+            OptimizerStep(ob, start=start if k == 0 else (), metrics={
+                "mu_grpo/stage": float(stage), "staleness/current": float(k),
+                "mu_grpo/generation_phases": float(rnd), "mu_grpo/weight_syncs": float(rnd),
+            })
+            for k, ob in enumerate(batches)
+        ]
 
     def state_dict(self) -> dict[str, Any]:
         """Empty: everything the schedule needs is the trainer's ``generation_round`` and seed."""
@@ -125,16 +113,13 @@ class StagedSchedule:
         """Nothing to restore (see :meth:`state_dict`)."""
 
 
-def _split_in_order(batch: RolloutBatch, num_batches: int) -> list[RolloutBatch]:
-    """Whole groups in generation order, cut into ``num_batches`` consecutive optimizer batches."""
-    groups = list(dict.fromkeys(batch.group_id.tolist()))
-    rows_of: dict[int, list[int]] = {}
-    for i, g in enumerate(batch.group_id.tolist()):
-        rows_of.setdefault(g, []).append(i)
-    k = max(1, min(num_batches, len(groups)))
-    per = -(-len(groups) // k)
-    return [
-        batch.select([r for g in groups[s * per : (s + 1) * per] for r in rows_of[g]])
-        for s in range(k)
-        if groups[s * per : (s + 1) * per]
-    ]
+
+@SCHEDULES.register("staged")
+def make_staged(cfg: Any) -> StagedSchedule:
+    """``SCHEDULES["staged"]``: :class:`StagedSchedule` from ``steps_per_generation``, ``num_iterations``,
+    ``seed`` and ``mu_grpo.*``."""
+    m = cfg.mu_grpo
+    return StagedSchedule(
+        cfg.steps_per_generation, cfg.num_iterations, cfg.seed, shuffle_groups=m.shuffle_groups_within_stage,
+        reset_optimizer_each_stage=m.reset_optimizer_each_stage, stage_prompt_draw=m.stage_prompt_draw,
+    )
