@@ -45,7 +45,7 @@ FBOS = ["fbos.initial_rollouts=2"]
 CASES: dict[str, tuple[str, list[str], str]] = {
     "grpo": ("grpo", [], "toy"),
     "dr_grpo": ("dr_grpo", [], "toy"),
-    "dapo": ("dapo", ["overlong_buffer_len=4", "dynamic_sampling.metric=reward",
+    "dapo": ("dapo", ["overlong_buffer_len=4", "dynamic_sampling.metric=acc",
                       "dynamic_sampling.max_num_gen_batches=4"], "toy"),
     "gspo": ("gspo", ["steps_per_generation=2"], "toy"),
     "mu_grpo_small": ("mu_grpo_small", ["steps_per_generation=2", "max_completion_length=8",

@@ -16,7 +16,13 @@ Intended changes since the first recording (each regenerated with ``golden_cases
   - ``fbos_rl_kl_in_reward``: step 3 (round 2): ``loss/epa``, ``loss/ecc`` (was 0: the ECC view's
     unshaped rewards were all equal), ``epa/loss/*``, ``epa/actor/grad_norm``.
 
-  The eight built-in recipes gave the same numbers before and after the redesign. The FBOS cases'
+* Issue 12 item 2 (``correct`` branch, merged into main before this one): DAPO dynamic sampling now filters on the
+  verifier's accuracy by default (``dynamic_sampling.metric=acc``; was the shaped ``reward``). The
+  ``dapo`` case follows the new default (pinned as ``acc``) and was regenerated: from step 2 fewer
+  groups are kept (``dynamic_sampling/kept_group_frac`` 1.0 → 0.5, ``num_gen_batches`` up), so every
+  rollout and loss metric of steps 2–3 differs. Step 1 is unchanged.
+
+* The eight built-in recipes gave the same numbers before and after the redesign. The FBOS cases'
   recorded config says ``adv_estimator: fbos`` (was ``grpo``; the FBOS view advantages became the
   registered estimator ``fbos``, a rename with the same numbers).
 """
