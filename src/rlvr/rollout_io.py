@@ -51,22 +51,12 @@ def _problem_to_dict(p: Any) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=repr))
 
 
-def save_rollouts(batch: RolloutBatch, folder: str | Path, name: str = "rollouts") -> list[Path]:
-    """Write ``batch`` as ``folder/<name>.safetensors`` + ``folder/<name>.json``.
-
-    ``meta`` entries that are not JSON-serialisable are left out with a warning naming them (a
-    schedule's per-update settings objects, for example, are rebuilt by re-planning on resume).
-
-    Returns:
-        the two paths written.
-
-    Raises:
-        OSError: the folder cannot be written.
-    """
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def rollouts_to_state(batch: RolloutBatch, *, warn: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, doc)``: every tensor field under its name (reward components as
+    ``reward_components/<key>``) and a JSON-serialisable document with the list fields, ``meta`` (its
+    JSON-serialisable entries; the others are named in ``meta_dropped``, with a warning when ``warn``)
+    and the problems as plain dicts. The one serialiser of :class:`RolloutBatch` (files: :func:`save_rollouts`;
+    in-memory checkpoint state: the UEC replay buffers)."""
     tensors: dict[str, torch.Tensor] = {}
     for f in dataclasses.fields(batch):
         v = getattr(batch, f.name)
@@ -80,8 +70,8 @@ def save_rollouts(batch: RolloutBatch, folder: str | Path, name: str = "rollouts
             meta[k] = v
         else:
             dropped.append(k)
-    if dropped:
-        warnings.warn(f"save_rollouts: meta keys {dropped} are not JSON-serialisable and were not saved", stacklevel=2)
+    if dropped and warn:
+        warnings.warn(f"save_rollouts: meta keys {dropped} are not JSON-serialisable and were not saved", stacklevel=3)
     doc = {
         "format_version": FORMAT_VERSION,
         "num_rows": len(batch),
@@ -90,6 +80,66 @@ def save_rollouts(batch: RolloutBatch, folder: str | Path, name: str = "rollouts
         "meta_dropped": dropped,
         "problems": [_problem_to_dict(p) for p in batch.problems],
     }
+    return tensors, doc
+
+
+def rollouts_from_state(
+    tensors: Mapping[str, torch.Tensor], doc: Mapping[str, Any], *, problems_by_uid: Mapping[str, Any] | None = None,
+    where: str = "rollouts",
+) -> RolloutBatch:
+    """Inverse of :func:`rollouts_to_state` (bit-identical tensors; problems as in :func:`load_rollouts`).
+
+    Raises:
+        ValueError: an unknown format version, or inconsistent row counts (``where`` names the source).
+    """
+    from rlvr.tasks.base import Problem
+
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"load_rollouts: {where} has format_version {doc.get('format_version')!r}, expected {FORMAT_VERSION}")
+    kwargs: dict[str, Any] = {}
+    comps: dict[str, torch.Tensor] = {}
+    for k, v in tensors.items():
+        if k.startswith("reward_components/"):
+            comps[k.split("/", 1)[1]] = v
+        else:
+            kwargs[k] = v
+    for k in _LIST_FIELDS:
+        kwargs[k] = doc["lists"].get(k)
+    kwargs["context_ids"] = [list(map(int, c)) for c in kwargs["context_ids"]]
+    kwargs["reward_components"] = comps
+    kwargs["meta"] = dict(doc.get("meta", {}))
+    probs = []
+    for d in doc.get("problems", []):
+        uid = d.get("uid")
+        if problems_by_uid is not None and uid in problems_by_uid:
+            probs.append(problems_by_uid[uid])
+        else:
+            probs.append(Problem(uid=str(uid), question=d.get("question", ""), answer=d.get("answer"),
+                                 metadata=d.get("metadata") or {}))
+    kwargs["problems"] = probs
+    batch = RolloutBatch(**kwargs)
+    if len(batch) != doc["num_rows"] or batch.completion_ids.shape[0] != doc["num_rows"]:
+        raise ValueError(f"load_rollouts: {where} is inconsistent ({len(batch)} context rows, "
+                         f"{batch.completion_ids.shape[0]} tensor rows, {doc['num_rows']} expected)")
+    return batch
+
+
+def save_rollouts(batch: RolloutBatch, folder: str | Path, name: str = "rollouts") -> list[Path]:
+    """Write ``batch`` as ``folder/<name>.safetensors`` + ``folder/<name>.json`` (:func:`rollouts_to_state`).
+
+    ``meta`` entries that are not JSON-serialisable are left out with a warning naming them.
+
+    Returns:
+        the two paths written.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors, doc = rollouts_to_state(batch)
     st = folder / f"{name}.safetensors"
     js = folder / f"{name}.json"
     save_file(tensors, str(st))
@@ -114,43 +164,13 @@ def load_rollouts(
     """
     from safetensors.torch import load_file
 
-    from rlvr.tasks.base import Problem
-
     folder = Path(folder)
     st, js = folder / f"{name}.safetensors", folder / f"{name}.json"
     for p in (st, js):
         if not p.exists():
             raise FileNotFoundError(f"load_rollouts: {p} is missing")
-    doc = json.loads(js.read_text())
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"load_rollouts: {js} has format_version {doc.get('format_version')!r}, expected {FORMAT_VERSION}")
-    tensors = load_file(str(st))
-    kwargs: dict[str, Any] = {}
-    comps: dict[str, torch.Tensor] = {}
-    for k, v in tensors.items():
-        if k.startswith("reward_components/"):
-            comps[k.split("/", 1)[1]] = v
-        else:
-            kwargs[k] = v
-    for k in _LIST_FIELDS:
-        kwargs[k] = doc["lists"].get(k)
-    kwargs["context_ids"] = [list(map(int, c)) for c in kwargs["context_ids"]]
-    kwargs["reward_components"] = comps
-    kwargs["meta"] = dict(doc.get("meta", {}))
-    probs = []
-    for d in doc.get("problems", []):
-        uid = d.get("uid")
-        if problems_by_uid is not None and uid in problems_by_uid:
-            probs.append(problems_by_uid[uid])
-        else:
-            probs.append(Problem(uid=str(uid), question=d.get("question", ""), answer=d.get("answer"),
-                                 metadata=d.get("metadata") or {}))
-    kwargs["problems"] = probs
-    batch = RolloutBatch(**kwargs)
-    if len(batch) != doc["num_rows"] or batch.completion_ids.shape[0] != doc["num_rows"]:
-        raise ValueError(f"load_rollouts: {folder}/{name} is inconsistent ({len(batch)} context rows, "
-                         f"{batch.completion_ids.shape[0]} tensor rows, {doc['num_rows']} expected)")
-    return batch
+    return rollouts_from_state(load_file(str(st)), json.loads(js.read_text()), problems_by_uid=problems_by_uid,
+                               where=f"{folder}/{name}")
 
 
 def batches_equal(a: RolloutBatch, b: RolloutBatch) -> bool:

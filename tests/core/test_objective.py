@@ -194,7 +194,8 @@ def test_clip_metrics_are_masked_sums():
     # approx_kl_old = Σ (old − logp) = −ln 0.5 − ln 1.5 = 0.2876820724517809
     assert m["approx_kl_old"].item() == pytest.approx(0.2876820724517809, abs=1e-12)
     red = reduce_objective_metrics([m])
-    assert red["clip_ratio/low_mean"] == pytest.approx(0.5) and red["ratio/mean"] == pytest.approx(1.0)
+    assert red["actor/clip_ratio/low"] == pytest.approx(0.5) and red["actor/ratio"] == pytest.approx(1.0)
+    assert red["actor/ratio/min"] == pytest.approx(0.5) and red["actor/num_loss_tokens"] == 2
 
 
 def test_all_masked_microbatch():

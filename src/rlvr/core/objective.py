@@ -13,6 +13,7 @@ complaint 3).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -29,7 +30,7 @@ from rlvr.core.kl import canonical_kl_estimator, check_kl_is_correction, kl_is_c
 from rlvr.core.masks import combine_masks
 from rlvr.core.policy_loss import IMPORTANCE_SAMPLING_LEVELS, get_policy_loss
 
-__all__ = ["SUM_METRICS", "LossSettings", "policy_objective", "reduce_objective_metrics"]
+__all__ = ["SUM_METRICS", "LossMetricAccumulator", "LossSettings", "policy_objective", "reduce_objective_metrics"]
 
 SUM_METRICS: tuple[str, ...] = (
     "ratio",
@@ -43,7 +44,6 @@ SUM_METRICS: tuple[str, ...] = (
 )
 """Metrics returned by :func:`policy_objective` as sums over loss tokens (divide by ``_tokens``)."""
 
-_LOSS_METRICS = ("loss/policy", "loss/kl", "loss/entropy", "loss/total")
 
 
 @dataclass(frozen=True)
@@ -290,42 +290,60 @@ def policy_objective(
     return total, metrics
 
 
-def reduce_objective_metrics(
-    per_micro: Sequence[Mapping[str, torch.Tensor]], *, loss_norm_scope: str = "global"
-) -> dict[str, float]:
-    """Combine the metrics of the micro-batches of one optimizer step into the §11 metrics.
+class LossMetricAccumulator:
+    """The one reducer of :func:`policy_objective`'s metrics over the micro-batches of an optimizer step.
 
-    Sums are added and divided by the total ``_tokens`` (giving ``ratio/mean``,
-    ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
-    ``clip_ratio/dual_mean``, ``kl``, ``entropy``, ``approx_kl_old``; ``0.0`` when there are no tokens);
-    ``ratio/min`` / ``ratio/max`` take the min / max; ``loss/*`` are summed for ``global`` scope (the
-    micro-batch losses add up to the batch loss) and averaged for ``micro`` scope.
-
-    Raises:
-        ValueError: empty input or unknown ``loss_norm_scope``.
+    Sums the token-weighted sums and turns them into means over the step's masked tokens: keys ending
+    in ``/min`` or ``/max`` are reduced by min/max; ``loss/*`` values are summed (each micro-batch
+    contributes its share of a globally normalised loss; with ``loss_norm_scope=micro`` the caller
+    divides each micro-batch's loss by their number first); every other key is divided by the total
+    token count ``_tokens`` (``0`` tokens: divided by 1). ``_tokens`` is reported as
+    ``actor/num_loss_tokens``.
 
     Source: grpo_core.md §11 (metric names), §6 (normalisation scope).
     """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.mins: dict[str, float] = {}
+        self.maxs: dict[str, float] = {}
+
+    def add(self, metrics: Mapping[str, Any]) -> None:
+        """Add one micro-batch's metrics (scalars or 0-d tensors)."""
+        for k, v in metrics.items():
+            x = float(v.detach()) if torch.is_tensor(v) else float(v)
+            if k.endswith("/min"):
+                self.mins[k] = min(self.mins.get(k, math.inf), x)
+            elif k.endswith("/max"):
+                self.maxs[k] = max(self.maxs.get(k, -math.inf), x)
+            else:
+                self.sums[k] += x
+
+    def result(self, prefix: str = "actor/") -> dict[str, float]:
+        """Means per masked token under ``prefix``; ``loss/*`` as summed; min/max as reduced."""
+        tokens = max(self.sums.get("_tokens", 0.0), 1.0)
+        out: dict[str, float] = {}
+        for k, v in self.sums.items():
+            if k == "_tokens":
+                out["actor/num_loss_tokens"] = v
+            elif k.startswith("loss/"):
+                out[k] = v
+            else:
+                out[prefix + k] = v / tokens
+        out.update({prefix + k: v for k, v in self.mins.items()})
+        out.update({prefix + k: v for k, v in self.maxs.items()})
+        return out
+
+
+def reduce_objective_metrics(per_micro: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """:class:`LossMetricAccumulator` over ``per_micro`` (the logged ``actor/*`` and ``loss/*`` names).
+
+    Raises:
+        ValueError: empty input.
+    """
     if not per_micro:
         raise ValueError("reduce_objective_metrics: no micro-batch metrics given")
-    if loss_norm_scope not in ("global", "micro"):
-        raise ValueError(
-            f"reduce_objective_metrics: loss_norm_scope must be global or micro, got {loss_norm_scope!r}"
-        )
-    keys = set().union(*(m.keys() for m in per_micro))
-    tokens = sum(float(m["_tokens"]) for m in per_micro)
-    out: dict[str, float] = {"num_loss_tokens": tokens}
-    names = {"ratio": "ratio/mean"}
-    names.update({f"clip_ratio/{c}": f"clip_ratio/{c}_mean" for c in ("low", "high", "region", "dual")})
-    for k in SUM_METRICS:
-        if k in keys:
-            s = sum(float(m[k]) for m in per_micro if k in m)
-            out[names.get(k, k)] = s / tokens if tokens > 0 else 0.0
-    if "ratio/min" in keys:
-        out["ratio/min"] = min(float(m["ratio/min"]) for m in per_micro)
-        out["ratio/max"] = max(float(m["ratio/max"]) for m in per_micro)
-    for k in _LOSS_METRICS:
-        if k in keys:
-            s = sum(float(m[k]) for m in per_micro if k in m)
-            out[k] = s if loss_norm_scope == "global" else s / len(per_micro)
-    return out
+    acc = LossMetricAccumulator()
+    for m in per_micro:
+        acc.add(m)
+    return acc.result()

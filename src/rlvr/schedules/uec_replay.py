@@ -25,26 +25,18 @@ Source: specs/uec_rl.md §2.4, §2.5, §2.7 [code-precedent: ICR/EFRame ``buffer
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable
 
 import torch
 
 from rlvr.core.uec import low_prob_positive_fraction, replay_admission_mask, tempered_is_weights
+from rlvr.rollout_io import rollouts_from_state, rollouts_to_state
 from rlvr.schedules.base import SCHEDULES, OnPolicySchedule, OptimizerStep, PlanContext, split_groups
 from rlvr.types import KIND_EXPLORE, KIND_REGULAR, RolloutBatch
 
 AdmitFn = Callable[[RolloutBatch], torch.Tensor]
 """Admission predicate: ``batch -> [N] bool`` (rows to admit)."""
-
-_LIST_FIELDS = ("context_ids", "texts", "feedback", "context_kind")
-_TENSOR_FIELDS = (
-    "completion_ids", "completion_mask", "group_id", "prompt_index", "is_truncated", "sampling_temperature",
-    "logprob_temperature", "policy_version", "rewards", "advantages", "old_logp", "ref_logp", "sampler_logp",
-    "token_weights", "correct",
-)
-
 
 def _compact(batch: RolloutBatch) -> RolloutBatch:
     """Keep only the problems the rows reference (remapping ``prompt_index``) and drop per-batch ``meta``."""
@@ -54,23 +46,6 @@ def _compact(batch: RolloutBatch) -> RolloutBatch:
     batch.prompt_index = torch.tensor([remap[i] for i in batch.prompt_index.tolist()], dtype=torch.long)
     batch.meta = {}
     return batch
-
-
-def _problem_to_json(p: Any) -> dict[str, Any]:
-    d = {"uid": getattr(p, "uid", str(p)), "question": getattr(p, "question", str(p)), "answer": getattr(p, "answer", None)}
-    meta = getattr(p, "metadata", {}) or {}
-    try:
-        json.dumps(meta)
-        d["metadata"] = meta
-    except (TypeError, ValueError):
-        d["metadata"] = {}
-    return d
-
-
-def _problem_from_json(d: dict[str, Any]) -> Any:
-    from rlvr.tasks.base import Problem
-
-    return Problem(uid=d["uid"], question=d["question"], answer=d["answer"], metadata=d.get("metadata", {}))
 
 
 class TrajectoryBuffer:
@@ -202,26 +177,14 @@ class TrajectoryBuffer:
 
     # ------------------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        """Plain state: tensors under ``"tensors"`` (name → tensor), the rest JSON-serialisable.
-
-        Problems are stored as ``uid/question/answer`` plus their metadata when it is JSON-serialisable
-        (dropped otherwise: stored rows are already scored, only logs read problems afterwards).
-        """
+        """Plain state: the stored rows' tensors under ``"tensors"`` (name → tensor), the rest JSON-serialisable
+        (the rows through :func:`rlvr.rollout_io.rollouts_to_state`, the one batch serialiser)."""
         state: dict[str, Any] = {
             "capacity": self.capacity, "seq": list(self.seq), "next_seq": self.next_seq,
             "admitted_total": self.admitted_total, "evicted_total": self.evicted_total, "tensors": {},
         }
-        if self.data is None:
-            return state
-        d = self.data
-        for name in _TENSOR_FIELDS:
-            v = getattr(d, name)
-            if v is not None:
-                state["tensors"][name] = v.clone()
-        for k, v in d.reward_components.items():
-            state["tensors"][f"reward_components.{k}"] = v.clone()
-        state["lists"] = {name: getattr(d, name) for name in _LIST_FIELDS if getattr(d, name) is not None}
-        state["problems"] = [_problem_to_json(p) for p in d.problems]
+        if self.data is not None:
+            state["tensors"], state["rows"] = rollouts_to_state(self.data, warn=False)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -231,18 +194,8 @@ class TrajectoryBuffer:
         self.next_seq = int(state["next_seq"])
         self.admitted_total = int(state["admitted_total"])
         self.evicted_total = int(state["evicted_total"])
-        tensors = state.get("tensors", {})
-        if "completion_ids" not in tensors:
-            self.data = None
-            return
-        kw: dict[str, Any] = {name: tensors.get(name) for name in _TENSOR_FIELDS}
-        kw.update({name: None for name in _LIST_FIELDS})
-        kw.update({k: list(v) for k, v in state.get("lists", {}).items()})
-        kw["reward_components"] = {
-            k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("reward_components.")
-        }
-        kw["problems"] = [_problem_from_json(p) for p in state.get("problems", [])]
-        self.data = RolloutBatch(**kw)
+        rows = state.get("rows")
+        self.data = None if rows is None else rollouts_from_state(state.get("tensors", {}), rows, where="replay buffer")
 
 
 def mean_token_entropy(ctx: PlanContext, batch: RolloutBatch) -> float:

@@ -1,4 +1,4 @@
-"""Metric assembly: rollout statistics per generation batch, loss statistics summed over micro-batches.
+"""Metric assembly: rollout statistics per generation batch (loss statistics: :class:`rlvr.core.objective.LossMetricAccumulator`).
 
 Names are stable slash paths (``specs/grpo_core.md`` §11, verl aliases in ``docs/metrics.md``).
 """
@@ -6,12 +6,12 @@ Names are stable slash paths (``specs/grpo_core.md`` §11, verl aliases in ``doc
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any
 
 import torch
 
 from rlvr.core.advantages import mean_group_std, zero_std_group_fraction
+from rlvr.core.objective import LossMetricAccumulator  # noqa: F401 (the one loss-metric reducer, re-exported)
 from rlvr.types import RolloutBatch
 
 
@@ -55,47 +55,6 @@ def rollout_metrics(batch: RolloutBatch, view_only_kinds: tuple[str, ...] = ()) 
         out["advantages/mean"] = float(a.mean())
         out["advantages/abs_mean"] = float(a.abs().mean())
     return out
-
-
-class LossMetricAccumulator:
-    """Sums the token-weighted metric sums of :func:`rlvr.core.objective.policy_objective` over
-    micro-batches and turns them into means over the optimizer batch's masked tokens.
-
-    Keys ending in ``/min`` or ``/max`` are reduced by min/max; ``loss/*`` values are summed (each
-    micro-batch contributes its share of a globally normalised loss); every other key is divided by
-    the total token count ``_tokens``.
-    """
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = defaultdict(float)
-        self.mins: dict[str, float] = {}
-        self.maxs: dict[str, float] = {}
-
-    def add(self, metrics: dict[str, Any]) -> None:
-        """Add one micro-batch's metrics (scalars or 0-d tensors)."""
-        for k, v in metrics.items():
-            x = float(v.detach()) if torch.is_tensor(v) else float(v)
-            if k.endswith("/min"):
-                self.mins[k] = min(self.mins.get(k, math.inf), x)
-            elif k.endswith("/max"):
-                self.maxs[k] = max(self.maxs.get(k, -math.inf), x)
-            else:
-                self.sums[k] += x
-
-    def result(self, prefix: str = "actor/") -> dict[str, float]:
-        """Means per masked token; ``loss/*`` as summed; min/max as reduced."""
-        tokens = max(self.sums.get("_tokens", 0.0), 1.0)
-        out: dict[str, float] = {}
-        for k, v in self.sums.items():
-            if k == "_tokens":
-                out["actor/num_loss_tokens"] = v
-            elif k.startswith("loss/"):
-                out[k] = v
-            else:
-                out[prefix + k] = v / tokens
-        out.update({prefix + k: v for k, v in self.mins.items()})
-        out.update({prefix + k: v for k, v in self.maxs.items()})
-        return out
 
 
 def peak_memory_mb() -> float:
