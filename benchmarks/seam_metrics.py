@@ -6,7 +6,8 @@ Prints, and writes to ``benchmarks/results/seam_metrics.json`` (or ``--out``):
 * import cycles among rlvr modules — every ``import`` / ``from … import`` anywhere in a module (top level
   or inside a function) and ``importlib.import_module("rlvr…")`` with a literal name count as an edge, so
   lazy back-imports are cycles too; a package's ``__init__`` importing its submodules (also via ``pkgutil``) is an edge too;
-* upward imports: an edge from a lower layer to a higher one, layers per ``docs/architecture.md``;
+* upward imports: an edge from a lower layer to a higher one, layers per ``docs/architecture.md``
+  (imports under ``if TYPE_CHECKING:`` are skipped: they run nothing);
 * private imports across packages (``from rlvr.x import _name``);
 * the grep of the issue's "done when" (control keys in ``meta``, variant names under ``trainer/``).
 
@@ -25,8 +26,8 @@ from pathlib import Path
 LAYERS = {
     "errors": 0, "types": 0, "registry": 0, "core": 1, "config": 1, "config_sections": 1,
     "models": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2,
-    "testbed": 3, "samplers": 3, "schedules": 4, "trainer": 5, "variants": 6, "testing": 6,
-    "eval": 7, "compare": 7, "cli": 8, "__main__": 8, "__init__": 0,
+    "samplers": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,
+    "eval": 7, "compare": 7, "testbed": 7, "testing": 7, "cli": 8, "__main__": 8, "__init__": 0,
 }
 
 
@@ -49,7 +50,11 @@ def imports_of(tree: ast.AST, mod: str, is_pkg: bool) -> list[tuple[str, list[st
     """``(imported module, names)`` for every rlvr import in the module."""
     out = []
     pkg = mod if is_pkg else mod.rsplit(".", 1)[0]
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)}  # annotation-only imports run nothing
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names if a.name.startswith("rlvr")]
         elif isinstance(node, ast.ImportFrom):

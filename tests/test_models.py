@@ -162,7 +162,9 @@ def test_testbed_names_route_to_the_testbed_builder(tmp_path, monkeypatch, no_hu
             raise ValueError("not a testbed model name")
         return tmp_path / "tb"
 
-    monkeypatch.setitem(sys.modules, "rlvr.testbed.model", SimpleNamespace(ensure_testbed_model=ensure_testbed_model))
+    from rlvr.models import MODEL_SOURCES
+
+    monkeypatch.setitem(MODEL_SOURCES, "testbed", ensure_testbed_model)  # what rlvr.testbed registers
     loaded, _ = load_policy(ModelConfig(name_or_path="testbed:small:3", cache_dir="/c"))
     assert calls == [("testbed:small:3", "/c")]
     assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)

@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_config(args: argparse.Namespace):
+    import rlvr.testbed  # noqa: F401 (registers the testbed's model source and task type)
     from rlvr.config import build_config
     from rlvr.tasks import validate_task_config
     from rlvr.trainer.components import validate_components

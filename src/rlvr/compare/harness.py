@@ -36,7 +36,8 @@ from typing import Any, Callable, Literal, Sequence
 import yaml
 
 from rlvr.errors import ConfigError, RlvrError
-from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (smooth re-exported for report.py)
+from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
+from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
 
@@ -109,7 +110,6 @@ class Arm:
         return Arm(_check_name(name), [r for r in recipes.split("+") if r], rest)
 
 
-BASELINE = "initial"  # the report row (and folder) of the untrained policy (``eval.baseline``)
 
 
 def _check_name(name: str) -> str:
@@ -402,11 +402,6 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     return result
 
 
-def read_curve(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``curve.jsonl`` (a torn last line is skipped; no file gives ``[]``)."""
-    return read_jsonl_rows(Path(run_dir) / "curve.jsonl")
-
-
 def curve_summary(curve: list[dict[str, Any]]) -> dict[str, float]:
     """Final/best training reward and final entropy / mean grad norm of one run.
 
@@ -450,12 +445,14 @@ def _load_model_and_task(cfg: Any, model_factory: Callable[[Any], tuple[Any, Any
     """``(model, tokenizer, task)`` of a run config: the factories when given, else
     :func:`rlvr.models.load_policy` and :func:`rlvr.tasks.build_task`."""
     if model_factory is None:
+        import rlvr.testbed  # noqa: F401 (registers the testbed model source)
         from rlvr.models import load_policy
 
         model, tok = load_policy(cfg.model)
     else:
         model, tok = model_factory(cfg)
     if task_factory is None:
+        import rlvr.testbed  # noqa: F401 (registers the testbed task type)
         from rlvr.tasks import build_task
 
         task = build_task(cfg.task)
@@ -587,7 +584,6 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
                 log(f"compare: {BASELINE} seed {seed}: evaluating the untrained policy")
                 run_baseline(spec, seed, model_factory=model_factory, task_factory=task_factory)
     if report:
-        from rlvr.compare.report import write_report
 
         write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]

@@ -11,9 +11,20 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from rlvr.compare.harness import BASELINE, Budget, read_curve, smooth
+from rlvr.eval.plot import read_jsonl_rows, smooth
+
+if TYPE_CHECKING:  # the harness imports this module, not the other way round
+    from rlvr.compare.harness import Budget
+
+BASELINE = "initial"
+"""The report row (and folder) of the untrained policy (``eval.baseline``)."""
+
+
+def read_curve(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Rows of a run's ``curve.jsonl`` (a torn last line is skipped; no file gives ``[]``)."""
+    return read_jsonl_rows(Path(run_dir) / "curve.jsonl")
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("reward/final", "final reward", 3),

@@ -226,4 +226,4 @@ def get_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, to
             f"TRL loss_type {name!r} is an aggregation choice in rlvr: use policy_loss='clipped' with the "
             "loss_agg_mode/seq_denominator of grpo_core.md §12"
         )
-    return POLICY_LOSSES.get(name, hint)
+    return POLICY_LOSSES.lookup(name, hint)

@@ -22,6 +22,26 @@ from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
 from rlvr.tasks.math import MathTask, answers_match
 from rlvr.tasks.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, render_prompt
 from rlvr.tasks.reasoning_gym import ReasoningGymTask, check_reasoning_gym_config
+from rlvr.registry import Registry
+
+_BUILTIN_TYPES = ("reasoning_gym", "jsonl", "hf_dataset")
+
+TASK_TYPES: Registry = Registry("task.type", "rlvr.tasks.TASK_TYPES")
+"""Task types provided by packages above this one: ``task.type`` → ``(TaskConfig) -> Task`` (cheap
+until ``problems()`` is called; raises ``ConfigError`` for a bad ``task.config``). :mod:`rlvr.testbed`
+registers ``testbed`` when imported (the CLI imports it), so this package imports no testbed code."""
+
+
+def _registered_type(name: str):
+    """The builder of a registered task type.
+
+    Raises:
+        ConfigError: ``name`` is not registered (the message names the registered types).
+    """
+    if name not in TASK_TYPES:
+        raise ConfigError(f"task.type={name!r} is not registered (registered: {', '.join(sorted(TASK_TYPES)) or 'none'}; "
+                          "a type registers when its package is imported, e.g. import rlvr.testbed)")
+    return TASK_TYPES[name]
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -65,13 +85,11 @@ def validate_task_config(cfg: TaskConfig) -> None:
             value = getattr(cfg, key)
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"task.{key}: file {value!r} not found")
-    elif cfg.type == "testbed":
-        from rlvr.testbed.task import testbed_task_from_config
-
-        testbed_task_from_config(cfg)  # cheap: validates levels and ops, generates nothing
     elif cfg.type == "hf_dataset":
         if importlib.util.find_spec("datasets") is None:
             raise ConfigError("task.type=hf_dataset needs the Hugging Face `datasets` package: pip install datasets")
+    elif cfg.type not in _BUILTIN_TYPES:  # a type a package registers (the testbed): its builder validates
+        _registered_type(cfg.type)(cfg)  # cheaply, generating nothing
     if cfg.reward_fn:
         load_reward_fn(cfg.reward_fn)
 
@@ -97,10 +115,8 @@ def build_task(cfg: TaskConfig) -> Task:
     validate_task_config(cfg)
     common = dict(system_prompt=cfg.system_prompt, correct_threshold=cfg.correct_threshold,
                   feedback_hint=cfg.feedback_hint)
-    if cfg.type == "testbed":
-        from rlvr.testbed.task import testbed_task_from_config
-
-        task = testbed_task_from_config(cfg)
+    if cfg.type not in _BUILTIN_TYPES:
+        task = _registered_type(cfg.type)(cfg)
         if cfg.reward_fn:
             task = RewardFnTask(task, cfg.reward_fn, correct_threshold=cfg.correct_threshold)
         return task

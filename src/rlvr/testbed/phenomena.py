@@ -47,9 +47,10 @@ def level_sweep(model: Any, tok: Any, levels: Sequence[int], *, prompts: int = 3
 
 
 def _curve(run_dir: Path) -> list[dict[str, Any]]:
-    from rlvr.compare.harness import read_curve
+    """Rows of a run's ``curve.jsonl`` (as written by ``rlvr compare``)."""
+    from rlvr.eval.plot import read_jsonl_rows
 
-    return read_curve(run_dir)
+    return read_jsonl_rows(Path(run_dir) / "curve.jsonl")
 
 
 def plot_phenomena(sweep: list[dict[str, float]] | None, compare_dir: str | Path | None, out_dir: str | Path,
@@ -63,7 +64,7 @@ def plot_phenomena(sweep: list[dict[str, float]] | None, compare_dir: str | Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlvr.compare.harness import smooth
+    from rlvr.eval.plot import smooth
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
-from rlvr.models import _decoder, lm_head_params, model_forward_hidden
+from rlvr.models import decoder_of, lm_head_params, model_forward_hidden
 from rlvr.types import RolloutBatch
 
 
@@ -200,7 +200,7 @@ def shared_context_hidden(
     """
     from transformers import DynamicCache
 
-    base = _decoder(model)
+    base = decoder_of(model)
     ctx = torch.as_tensor(batch.context_ids[0], dtype=torch.long)[None]  # [1, C]
     C = ctx.shape[1]
     out = base(input_ids=ctx, attention_mask=torch.ones_like(ctx), use_cache=True)

@@ -134,7 +134,7 @@ class Trainer:
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
-        self.batch_adv_fn = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator) if cfg.adv_estimator in BATCH_ADV_ESTIMATORS else None
+        self.batch_adv_fn = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
         self.adv_fn = None if self.batch_adv_fn is not None else get_adv_estimator(cfg.adv_estimator)
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]

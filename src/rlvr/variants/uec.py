@@ -85,7 +85,7 @@ def check_uec(cfg: Any) -> None:
     Raises:
         ConfigError: the advantage estimator gives per-token advantages (e.g. ``ib_tree``).
     """
-    est = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator) if cfg.adv_estimator in BATCH_ADV_ESTIMATORS else None
+    est = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
     if "uec_retention" in cfg.batch_filters and getattr(est, "per_token", False):
         raise ConfigError(f"batch_filters=[uec_retention] needs per-sequence advantages; adv_estimator="
                           f"{cfg.adv_estimator!r} gives per-token ones")
