@@ -2,11 +2,15 @@
 
 
 class RlvrError(Exception):
-    """Base class of rlvr's user-facing errors."""
+    """Base class of rlvr's user-facing errors. ``exit_code`` is the CLI's exit status for it."""
+
+    exit_code = 1
 
 
 class ConfigError(RlvrError):
     """A configuration value, key or combination is invalid. The CLI exits with code 2."""
+
+    exit_code = 2
 
 
 class DataError(RlvrError):
@@ -15,3 +19,7 @@ class DataError(RlvrError):
 
 class ModelLoadError(RlvrError):
     """A model or tokenizer could not be found or loaded."""
+
+
+class OutputDirError(ConfigError):
+    """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
