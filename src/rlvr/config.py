@@ -101,6 +101,7 @@ class RLConfig(_Strict):
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     max_consecutive_nonfinite: int = Field(5, ge=1)
+    max_idle_rounds: int = Field(10, ge=1)  # rounds in a row without an update → checkpoint, exit 3 (Trainer.train)
     reward_errors_fatal: bool = False
     reward_timeout_s: float = Field(30.0, ge=0)  # per verifier call; 0 = no limit (rlvr.rewards.VerifierPool)
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)

@@ -20,13 +20,14 @@ from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
-from rlvr.errors import RlvrError
+from rlvr.errors import IdleRunError, RlvrError
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
+from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
@@ -136,6 +137,8 @@ class Trainer:
         self.generation_round = 0
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
         self._draw_count = 0
         self._carry: list[RolloutBatch] = []
         # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
@@ -198,6 +201,7 @@ class Trainer:
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
+        self._round_signal = RoundSignal.of(cstats.raw_batches)
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
@@ -295,6 +299,9 @@ class Trainer:
         Raises:
             TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
                 gradient (a checkpoint is written first).
+            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update (no trainable
+                group: dynamic sampling exhausted, every row filtered out); a checkpoint is written
+                first and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
         logger = RunLogger(
@@ -307,6 +314,7 @@ class Trainer:
         try:
             while self.global_step < cfg.max_steps:
                 t_step = time.perf_counter()
+                self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
@@ -317,6 +325,7 @@ class Trainer:
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
                 self.pending_round["num_opt_batches"] = len(opt_batches)
+                step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
                     if i < start:
                         continue
@@ -336,8 +345,12 @@ class Trainer:
                     t_step = time.perf_counter()
                     last = m
                     self._after_step(m)
+                if self.idle.round_done(self.global_step > step_before, self._round_signal):
+                    path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+                    raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
-                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
+                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping "
+                                   f"({self.idle.rounds}/{cfg.max_idle_rounds} idle rounds before the run stops)")
         finally:
             logger.close()
             if hasattr(self.scorer, "close"):
