@@ -200,7 +200,7 @@ def test_arm_stopped_by_max_idle_rounds_is_recorded_as_stalled(tmp_path, tiny):
     spec = _spec(tmp_path, "steps=5", arms=("dapo overlong_buffer_len=2 max_idle_rounds=2",), seeds=(0,))
     (r,) = run_compare(spec, model_factory=lambda c: (factory(0), tok), task_factory=lambda c: Constant(),
                        log=lambda m: None, report=False)
-    assert r["steps"] == 0 and r["stop"].startswith("stalled: no optimizer update in 2 generation rounds")
+    assert r["steps"] == 0 and r["stop"].startswith("stalled: no trainable group in 2 generation rounds")
 
 
 def test_meter_counts_generated_sequences_not_second_views():

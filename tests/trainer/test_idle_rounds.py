@@ -56,7 +56,7 @@ def test_dynamic_sampling_proceed_on_an_unsolvable_task_stops(tmp_path, tiny):
     with pytest.warns(UserWarning, match="informative groups"):
         msg = _train_until_idle(tr)
     assert tr.global_step == 0 and tr.generation_round == 3  # 3 rounds of 2 draws each, then stop
-    assert "no optimizer update in 3 generation rounds" in msg
+    assert "no trainable group and no optimizer update in 3 generation rounds" in msg
     assert "pass rate 0.0% over 48 verified completions" in msg  # 3 rounds × 2 draws × 8 completions
     assert "100% of 12 groups with zero reward variance" in msg
     assert "dynamic_sampling.max_num_gen_batches" in msg and "max_idle_rounds" in msg
@@ -87,6 +87,33 @@ def test_an_update_resets_the_idle_count(tmp_path, tiny, toy_task):
                  tok, toy_task)
     tr.train()
     assert tr.global_step == 3 and tr.idle.rounds == 0
+
+
+class _AccumulateThree:
+    """A schedule that keeps rows for three rounds before its first update (as UEC-RL's pending buffer)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def plan(self, trainer, batch):
+        self.calls += 1
+        return self.inner.plan(trainer, batch) if self.calls > 3 else []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_rows_kept_for_a_later_update_are_not_idle(tmp_path, tiny, toy_task):
+    from rlvr.trainer.schedule import OnPolicySchedule
+
+    factory, tok = tiny
+    cfg = small_config(tmp_path, "max_idle_rounds=1", "max_steps=1", "reward_timeout_s=0")
+    tr = Trainer(cfg, factory(0), tok, toy_task, schedule=_AccumulateThree(OnPolicySchedule()))
+    tr.train()
+    assert tr.global_step == 1 and tr.generation_round == 4
 
 
 def test_max_idle_rounds_is_validated_and_ignored_on_resume():

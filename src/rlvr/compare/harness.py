@@ -386,7 +386,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     except BudgetExhausted as exc:
         stop = f"budget: {exc}"
     except IdleRunError:  # the trainer's own guard (max_idle_rounds): a stalled arm, not a failed one
-        stop = f"stalled: no optimizer update in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
+        stop = f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
     finally:
         curve_f.close()
     wall = time.perf_counter() - t0

@@ -2,7 +2,8 @@
 
 With dynamic sampling (``on_exhausted=proceed``) or UEC-RL's retention filters, a task the policy never
 (or always) solves gives generation rounds with no trainable group, and the loop would generate forever.
-:class:`IdleTracker` counts rounds in a row without an optimizer update; after ``max_idle_rounds`` the
+:class:`IdleTracker` counts rounds in a row that gave no trainable row and no optimizer update (rows
+kept for a later update, as UEC-RL's pending buffer does, count as progress); after ``max_idle_rounds`` the
 trainer writes a checkpoint and raises :class:`rlvr.errors.IdleRunError` (the CLI exits with code 3)
 with what was seen over those rounds and what to try.
 
@@ -60,7 +61,7 @@ class RoundSignal:
 
 
 class IdleTracker:
-    """Counts generation rounds in a row that ended without an optimizer update.
+    """Counts generation rounds in a row that ended without an optimizer update or a trainable row.
 
     Args:
         max_rounds: ``max_idle_rounds`` (≥ 1).
@@ -73,9 +74,10 @@ class IdleTracker:
         self.rounds = 0
         self.seen = RoundSignal()
 
-    def round_done(self, updated: bool, signal: RoundSignal | None) -> bool:
-        """Record one round; True when ``max_rounds`` rounds in a row had no update (stop now)."""
-        if updated:
+    def round_done(self, progressed: bool, signal: RoundSignal | None) -> bool:
+        """Record one round (``progressed``: it trained or kept rows to train); True when ``max_rounds``
+        rounds in a row made no progress (stop now)."""
+        if progressed:
             self.rounds, self.seen = 0, RoundSignal()
             return False
         self.rounds += 1
@@ -105,6 +107,6 @@ class IdleTracker:
             tips.append(f"looser batch filters ({', '.join(cfg.batch_filters)}: e.g. uec.regular_adv_floor, "
                         "uec.explore_filter)")
         tips.append(f"a larger max_idle_rounds (now {self.max_rounds}) if updates are expected to be rare")
-        return (f"no optimizer update in {self.rounds} generation rounds in a row (max_idle_rounds="
+        return (f"no trainable group and no optimizer update in {self.rounds} generation rounds in a row (max_idle_rounds="
                 f"{self.max_rounds}): {seen}. Wrote a checkpoint to {checkpoint} (continue with --resume). "
                 "Try: " + "; ".join(tips) + ".")

@@ -299,9 +299,9 @@ class Trainer:
         Raises:
             TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
                 gradient (a checkpoint is written first).
-            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update (no trainable
-                group: dynamic sampling exhausted, every row filtered out); a checkpoint is written
-                first and the message gives the pass rate, the zero-variance share and what to try.
+            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update and no trainable
+                row (dynamic sampling exhausted, every row filtered out); a checkpoint is written first
+                and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
         logger = RunLogger(
@@ -345,7 +345,9 @@ class Trainer:
                     t_step = time.perf_counter()
                     last = m
                     self._after_step(m)
-                if self.idle.round_done(self.global_step > step_before, self._round_signal):
+                # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
+                # update, e.g. UEC-RL's pending buffer, are progress)
+                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
                     path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
                     raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
