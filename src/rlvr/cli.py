@@ -17,12 +17,13 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from rlvr.errors import ConfigError, DataError, ModelLoadError, RlvrError
+from rlvr.errors import ConfigError, DataError, IdleRunError, ModelLoadError, RlvrError
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
 REWARD_FAILURE_LIMIT = 0.5
 """``rlvr train`` exits 1 when more than this fraction of the run's reward calls failed (error or timeout)."""
+EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoint was written)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -404,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataError, ModelLoadError) as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(exc, DataError) else EXIT_RUNTIME
+    except IdleRunError as exc:
+        print(f"rlvr: stopped: {exc}", file=sys.stderr)
+        return EXIT_IDLE
     except RlvrError as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_RUNTIME)

@@ -23,3 +23,10 @@ class ModelLoadError(RlvrError):
 
 class OutputDirError(ConfigError):
     """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
+
+
+class IdleRunError(RlvrError):
+    """A run stopped because ``max_idle_rounds`` generation rounds in a row gave no trainable update
+    (a checkpoint was written first). The CLI exits with code 3."""
+
+    exit_code = 3
