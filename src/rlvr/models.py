@@ -75,7 +75,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
        (e.g. ``testbed:<preset>[:<seed>]``, registered by :mod:`rlvr.testbed` when it is imported; the
        CLI imports it): the source builds or finds a folder, which is loaded as a folder. An unregistered
        ``<source>:<spec>`` is a :class:`ModelLoadError` naming the registered sources.
-    6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
+    6. ``"tiny"`` / ``"tiny:<seed>"``: :func:`build_tiny_model` (random weights, ~0.1 M parameters,
+       built in-process): smoke tests of a command line (``tests/test_readme.py`` runs the README's
+       commands with it), never a result.
+    7. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 
     The model is returned on CPU with its weights in the precision policy's ``param_dtype``
@@ -104,6 +107,12 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     if name == "default":
         folder = ensure_default_model(cfg.cache_dir)
         model, tok = _load_folder(folder, dtype)
+    elif name == "tiny" or name.startswith("tiny:"):
+        seed = name.partition(":")[2]
+        if seed and not seed.isdigit():
+            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
+        model, tok = build_tiny_model(int(seed or 0))
+        model = model.to(dtype)
     elif name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
         model, tok = _load_folder(_source_folder(name, cfg.cache_dir), dtype)
     else:

@@ -99,3 +99,10 @@ class ModelPlanContext:
     def reshuffle_prompts(self) -> None:
         """Record the action (there is no loader)."""
         self.actions.append("reshuffle_prompts")
+
+
+def even_length_reward(completion: str, problem: Any = None, **_: Any) -> float:
+    """``task.reward_fn=rlvr.testing:even_length_reward``: 1.0 for an even number of characters, else
+    0.0 — :class:`ToyTask`'s verifier as a reward function, so a command-line run on the tiny model
+    (``model.name_or_path=tiny``) sees reward variance within groups (``tests/test_readme.py``)."""
+    return float(len(completion) % 2 == 0)
