@@ -92,12 +92,14 @@ def test_an_update_resets_the_idle_count(tmp_path, tiny, toy_task):
 class _AccumulateThree:
     """A schedule that keeps rows for three rounds before its first update (as UEC-RL's pending buffer)."""
 
+    needs_old_logp = False
+
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
 
-    def plan(self, trainer, batch):
+    def plan(self, batch, ctx):
         self.calls += 1
-        return self.inner.plan(trainer, batch) if self.calls > 3 else []
+        return self.inner.plan(batch, ctx) if self.calls > 3 else []
 
     def state_dict(self):
         return {}
@@ -107,7 +109,7 @@ class _AccumulateThree:
 
 
 def test_rows_kept_for_a_later_update_are_not_idle(tmp_path, tiny, toy_task):
-    from rlvr.trainer.schedule import OnPolicySchedule
+    from rlvr.schedules import OnPolicySchedule
 
     factory, tok = tiny
     cfg = small_config(tmp_path, "max_idle_rounds=1", "max_steps=1", "reward_timeout_s=0")

@@ -1,9 +1,9 @@
 """Stop a run that has no learning signal (issue 12 item 3).
 
-With dynamic sampling (``on_exhausted=proceed``) or UEC-RL's retention filters, a task the policy never
+With dynamic sampling (``on_exhausted=proceed``) or batch filters that drop rows, a task the policy never
 (or always) solves gives generation rounds with no trainable group, and the loop would generate forever.
 :class:`IdleTracker` counts rounds in a row that gave no trainable row and no optimizer update (rows
-kept for a later update, as UEC-RL's pending buffer does, count as progress); after ``max_idle_rounds`` the
+kept for a later update, as a schedule's accumulation buffer does, count as progress); after ``max_idle_rounds`` the
 trainer writes a checkpoint and raises :class:`rlvr.errors.IdleRunError` (the CLI exits with code 3)
 with what was seen over those rounds and what to try.
 
@@ -104,8 +104,7 @@ class IdleTracker:
         if cfg.dynamic_sampling.enable:
             tips.append(f"a larger dynamic_sampling.max_num_gen_batches (now {cfg.dynamic_sampling.max_num_gen_batches})")
         if cfg.batch_filters:
-            tips.append(f"looser batch filters ({', '.join(cfg.batch_filters)}: e.g. uec.regular_adv_floor, "
-                        "uec.explore_filter)")
+            tips.append(f"looser batch filters ({', '.join(cfg.batch_filters)}: their thresholds in the config)")
         tips.append(f"a larger max_idle_rounds (now {self.max_rounds}) if updates are expected to be rare")
         return (f"no trainable group and no optimizer update in {self.rounds} generation rounds in a row (max_idle_rounds="
                 f"{self.max_rounds}): {seen}. Wrote a checkpoint to {checkpoint} (continue with --resume). "

@@ -440,7 +440,7 @@ class Trainer:
                     if stop.requested is not None:  # the update in progress is finished: stop here
                         raise self._interrupted(stop.requested)
                 # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
-                # update, e.g. UEC-RL's pending buffer, are progress)
+                # update, e.g. in a schedule's accumulation buffer, are progress)
                 if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
                     path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
                     raise IdleRunError(self.idle.message(cfg, path))
