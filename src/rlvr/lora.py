@@ -142,22 +142,41 @@ def _lora_layers(model: Any) -> Iterator[tuple[str, Any]]:
             yield name, mod
 
 
+def _merge_into(layer: Any, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``W + Σ_adapters ΔW`` of one peft LoRA layer, written into ``out`` (allocated when None).
+
+    For a plain LoRA ``nn.Linear`` (no DoRA, no ``fan_in_fan_out``) ``ΔW = scaling · B A`` is one fused
+    ``addmm`` into ``out`` — a single pass over the weight. Any other layer uses peft's own
+    ``get_delta_weight``. Both equal peft's merge (tested).
+    """
+    w = layer.get_base_layer().weight
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    plain = (isinstance(layer.get_base_layer(), torch.nn.Linear) and not getattr(layer, "fan_in_fan_out", False)
+             and not any(getattr(layer, "use_dora", {}).get(a, False) for a in adapters))
+    if out is None:
+        out = torch.empty_like(w)
+    if plain and adapters:
+        a0 = adapters[0]
+        torch.addmm(w, layer.lora_B[a0].weight.to(w.dtype), layer.lora_A[a0].weight.to(w.dtype),
+                    alpha=float(layer.scaling[a0]), out=out)
+        for a in adapters[1:]:
+            out.addmm_(layer.lora_B[a].weight.to(w.dtype), layer.lora_A[a].weight.to(w.dtype), alpha=float(layer.scaling[a]))
+        return out
+    out.copy_(w)
+    for a in adapters:
+        out.add_(layer.get_delta_weight(a).to(w.dtype))
+    return out
+
+
 def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
     """Merged weights of every adapted module, in base-model names: ``{"<module>.weight": W + ΔW}``.
 
-    ``ΔW = (alpha/r)·B·A`` is peft's ``get_delta_weight`` for the active adapter; ``W`` is the frozen
-    base weight (never modified). Shapes are those of the base weights; computed without gradient.
+    ``ΔW = (alpha/r)·B·A`` of the active adapter(s) (peft's merge); ``W`` is the frozen base weight,
+    never modified. Shapes are those of the base weights; computed without gradient. This is what a
+    full-weight sync sends to an engine (``engine.load_weights``).
     """
-    out: dict[str, torch.Tensor] = {}
     with torch.no_grad():
-        for name, layer in _lora_layers(model):
-            w = layer.get_base_layer().weight
-            delta = torch.zeros_like(w)
-            for adapter in layer.active_adapters:
-                if adapter in layer.lora_A:
-                    delta += layer.get_delta_weight(adapter).to(w.dtype)
-            out[f"{name}.weight"] = w + delta
-    return out
+        return {f"{name}.weight": _merge_into(layer) for name, layer in _lora_layers(model)}
 
 
 def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
@@ -194,19 +213,22 @@ def generation_copy(model: Any) -> torch.nn.Module:
         parent = gen.get_submodule(parent_name) if parent_name else gen
         setattr(parent, child, lin)
     gen.eval().requires_grad_(False)
+    object.__setattr__(gen, "rlvr_generation_copy_of", base)  # not a submodule: no state_dict entry
     return gen
 
 
 class MergedWeightSync:
     """Keep a generation copy's adapted weights equal to ``W + ΔW`` of the current adapters.
 
-    Calling the object with the policy's version (the trainer's optimizer-step count) pushes
-    :func:`merged_state_dict` into ``engine.load_weights`` (the engine protocol's sync point) unless
-    that version was pushed last; called without a version it always pushes.
+    Calling the object with the policy's version (the trainer's optimizer-step count) rewrites every
+    adapted weight of the engine's model unless that version was pushed last (called without a
+    version it always does). When the engine's model is :func:`generation_copy` of ``model`` the merge
+    is written straight into its tensors (one fused pass per weight); for any other engine the merged
+    weights go through ``engine.load_weights`` (the engine protocol's sync point).
 
     Args:
         model: the peft policy being trained.
-        engine: an engine whose model is :func:`generation_copy` of ``model``.
+        engine: the generation engine.
     """
 
     def __init__(self, model: Any, engine: Any) -> None:
@@ -214,12 +236,22 @@ class MergedWeightSync:
         self.engine = engine
         self._pushed: int | None = None
         self.syncs = 0
+        gen = getattr(engine, "model", None)
+        self._targets: list[tuple[Any, torch.Tensor]] | None = None
+        if getattr(gen, "rlvr_generation_copy_of", None) is base_causal_lm(model):
+            params = dict(gen.named_parameters(remove_duplicate=False))
+            self._targets = [(layer, params[f"{name}.weight"]) for name, layer in _lora_layers(model)]
 
     def __call__(self, version: int | None = None) -> bool:
         """Sync if needed; returns True when weights were pushed."""
         if version is not None and version == self._pushed:
             return False
-        self.engine.load_weights(merged_state_dict(self.model))
+        if self._targets is not None:
+            with torch.no_grad():
+                for layer, dst in self._targets:
+                    _merge_into(layer, dst.data)
+        else:
+            self.engine.load_weights(merged_state_dict(self.model))
         self._pushed = version
         self.syncs += 1
         return True

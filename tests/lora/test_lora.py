@@ -222,6 +222,17 @@ def test_merged_generation_copy_matches_the_peft_layers_and_follows_updates():
         assert torch.equal(gen.state_dict()[k], v)
 
 
+def test_merged_weights_equal_peft_merge_and_unload():
+    pm, _ = _peft_tiny(0)
+    fused = merged_state_dict(pm)
+    import copy
+
+    want = copy.deepcopy(pm).merge_and_unload().state_dict()
+    assert fused.keys() <= want.keys()
+    for k, v in fused.items():
+        torch.testing.assert_close(v, want[k], rtol=1e-6, atol=1e-7)
+
+
 def test_generation_copy_is_plain_transformers():
     pm, _ = _peft_tiny(0)
     gen = generation_copy(pm)
