@@ -131,6 +131,9 @@ def _resume_target(cfg, mode: str):
 def cmd_train(args: argparse.Namespace) -> int:
     """``rlvr train``: validate everything cheap, then load the model and train."""
     cfg = _load_config(args)
+    from rlvr.loggers import check_report_to
+
+    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.models import load_policy
     from rlvr.tasks import build_task

@@ -22,6 +22,7 @@ from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
+from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -105,6 +106,7 @@ class Trainer:
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
     ) -> None:
+        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
@@ -314,9 +316,11 @@ class Trainer:
                 gradient (a checkpoint is written first).
         """
         cfg = self.cfg
+        trackers = build_trackers(cfg.logging.sinks, self.output_dir, cfg.model_dump(mode="json"), cfg.logging,
+                                  resume=self.global_step > 0)
         logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
-            progress=cfg.logging.progress,
+            self.output_dir, cfg.max_steps, start_step=self.global_step,
+            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
         )
         self._logger = logger
         last: dict[str, float] = {}
