@@ -107,3 +107,17 @@ def test_tensorboard_switch_and_default():
     assert cfg.logging.report_to == ["tensorboard"] and cfg.logging.sinks == ["tensorboard"]
     assert small_config("x", "logging.tensorboard=false").logging.sinks == []
     assert small_config("x", "logging.report_to=[]").logging.sinks == []
+
+
+def test_mlflow_file_store_names_that_clash_with_folders(tmp_path):
+    pytest.importorskip("mlflow")
+    from rlvr.config import build_config
+    from rlvr.loggers import MlflowTracker
+
+    cfg = build_config(overrides=[f"logging.mlflow_tracking_uri=file:{tmp_path / 'ml'}"])
+    t = MlflowTracker(tmp_path, {"a": 1}, cfg.logging, resume=False)
+    t.log(1, {"actor/ratio": 1.0, "actor/ratio/min": 0.5, "reward/mean": 0.25})
+    t.log(2, {"reward/mean/x": 2.0, "actor/ratio": 1.5})  # a child under an existing file; a known folder
+    t.close()
+    got = set(t.client.get_run(t.run_id).data.metrics)
+    assert got == {"actor/ratio/value", "actor/ratio/min", "reward/mean", "reward/mean_x"}

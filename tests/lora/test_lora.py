@@ -311,3 +311,12 @@ def test_eval_checkpoint_accepts_an_adapter_or_a_merged_folder(tmp_path, tiny, m
                                rtol=1e-5, atol=1e-5)
     assert load_adapter_policy(final, cfg.model, merge=False)[0].__class__.__name__.startswith("Peft")
     assert load_policy(cfg.model.model_copy(update={"name_or_path": str(tmp_path / "merged")}))
+    # the command line, on both kinds of folder (the eval config's own model is not used)
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i} + 1 =", "answer": f"#### {i + 1}"}) + "\n" for i in range(4)))
+    common = ["task.type=jsonl", f"task.path={data}", "task.eval_size=2", "eval.num_samples=2", "eval.ks=[1]",
+              "max_completion_length=4", "model.name_or_path=/nonexistent/base"]
+    for name, ckpt in (("adapter", final), ("merged", tmp_path / "merged")):
+        res = tmp_path / f"eval_{name}.json"
+        assert cli.main(["eval", *common, "--checkpoint", str(ckpt), "--out", str(res)]) == 0
+        assert json.loads(res.read_text())["num_problems"] == 2
