@@ -89,6 +89,7 @@ def bench_generation(args: argparse.Namespace) -> dict[str, Any]:
             for p in task.problems("train")[: args.gen_prompts]]
     params = SamplingParams(temperature=1.0, max_new_tokens=args.gen_tokens, seed=1)
     base_engine = HFEngine(model, tok)
+    base_engine.generate(reqs, SamplingParams(temperature=1.0, max_new_tokens=4, seed=0))  # warm-up, untimed
     base_times = []
     for _ in range(args.gen_repeats):  # the base model alone, before any wrapping
         base_times.append(_timed(lambda: base_engine.generate(reqs, params)))
