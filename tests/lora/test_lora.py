@@ -152,8 +152,6 @@ def test_exact_gradients_shared_bucketed_chunked_and_checkpointed_vs_plain():
         _close(g[k], ref_g[k], f"checkpointed: {k}")
 
 
-@pytest.mark.xfail(raises=AttributeError, strict=False,
-                   reason="issue 12 item 4: gradient checkpointing + prompt sharing fails on main (robust fixes it)")
 def test_checkpointed_shared_prompt_gradients_are_exact():
     pm, _ = _peft_tiny(0)
     batch = _group_batch()
@@ -169,8 +167,8 @@ def test_gradient_checkpointing_through_the_config_trains_the_adapters(tmp_path,
     make, tok = tiny
     model = make(0)
     model.gradient_checkpointing_enable()
-    tr = Trainer(small_config(tmp_path, *LORA, "max_steps=1", "share_prompt_forward=false",
-                              "model.gradient_checkpointing=true"), model, tok, ToyTask())
+    tr = Trainer(small_config(tmp_path, *LORA, "max_steps=1", "model.gradient_checkpointing=true"), model, tok,
+                 ToyTask())
     last = tr.train()
     assert last["actor/grad_norm"] > 0
 
