@@ -212,7 +212,7 @@ def generation_copy(model: Any) -> torch.nn.Module:
         parent_name, _, child = name.rpartition(".")
         parent = gen.get_submodule(parent_name) if parent_name else gen
         setattr(parent, child, lin)
-    gen.eval().requires_grad_(False)
+    gen.eval()  # shared tensors keep their own requires_grad (the frozen base: False)
     object.__setattr__(gen, "rlvr_generation_copy_of", base)  # not a submodule: no state_dict entry
     return gen
 
