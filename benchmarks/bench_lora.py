@@ -1,7 +1,8 @@
 """Full fine-tuning vs LoRA on the default model (CPU): generation through peft vs a merged copy, step
 time by phase, peak memory, trainable parameters, and a short demo-task reward curve for each.
 
-Three parts, each also runnable alone (``--parts gen,runs``):
+Parts, each run alone so that no piece holds the shared heavy lock for more than ~10 minutes
+(``--parts gen``, ``--parts run --arm full``, ``--parts run --arm lora``, ``--parts report``):
 
 * ``gen`` — the same requests (``--gen-prompts`` × ``--gen-samples`` completions, ``--gen-tokens`` new
   tokens, fixed seed) sampled by :class:`rlvr.engines.hf.HFEngine` on (a) the plain base model, (b) the
@@ -9,18 +10,25 @@ Three parts, each also runnable alone (``--parts gen,runs``):
   generation copy (``merged_generation=true``), interleaved, ``--gen-repeats`` times each, best time kept;
   plus the cost of one weight sync (``merged_state_dict`` + ``load_weights``). The adapters get random
   ``B`` so the merged weights are not the base ones (the cost does not depend on the values).
-* ``runs`` — ``rlvr train --config demo`` twice, in fresh processes, with the same seed and the same
+* ``run`` — ``rlvr train --config demo`` for one arm (``--arm``) in a fresh process, stopped after
+  ``--arm-timeout`` seconds if it has not finished (the steps logged so far are kept and counted);
+  the two arms are with the same seed and the same
   small batch (``generation_batch_size=--gbs``): full fine-tuning (``learning_rate=--lr-full``) and LoRA
   r = ``--rank``, alpha = 2r (``learning_rate=--lr-lora``: LoRA is usually run at ~10× the full-FT rate).
   Step 1 of both runs samples the very same batch (a fresh LoRA adapter has ``B = 0``, so the merged
   weights equal the base bit for bit); the table gives step 1's phases and the median of steps 2..N.
   Peak memory is each process's peak RSS (``perf/peak_memory_mb``). Trainable parameters are counted
   on the loaded model.
-* the plot — ``reward/mean`` per step of both runs in one PNG (``--plot``).
+* ``report`` — reads both arms' ``metrics.jsonl``, counts trainable parameters, prints the table and
+  writes the plot of ``reward/mean`` per step of both runs in one PNG (``--plot``).
 
-Run (heavy: take the shared lock)::
+Run (heavy: one lock hold per piece)::
 
-    HF_HUB_OFFLINE=1 flock /tmp/rlvr-heavy.lock .venv/bin/python benchmarks/bench_lora.py
+    export HF_HUB_OFFLINE=1
+    flock /tmp/rlvr-heavy.lock .venv/bin/python benchmarks/bench_lora.py --parts gen
+    flock /tmp/rlvr-heavy.lock .venv/bin/python benchmarks/bench_lora.py --parts run --arm full
+    flock /tmp/rlvr-heavy.lock .venv/bin/python benchmarks/bench_lora.py --parts run --arm lora
+    .venv/bin/python benchmarks/bench_lora.py --parts report
 
 Writes ``benchmarks/results/bench_lora.json`` and ``docs/results/lora_vs_full.png``. Prints the CPU
 capability and the fp32 matmul rate measured in the same run. Timings are noisy (±20 % on a shared
@@ -137,10 +145,23 @@ def run_arm(args: argparse.Namespace, arm: str, out: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "rlvr.cli", "train", "--config", "demo", *over]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
+    try:
+        subprocess.run(cmd, check=True, env=env, timeout=args.arm_timeout)
+        stopped = False
+    except subprocess.TimeoutExpired:
+        stopped = True  # the steps logged so far are kept
     wall = time.perf_counter() - t
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"arm": arm, "cmd": " ".join(["rlvr train --config demo", *over]), "wall_s": wall, "rows": rows}
+    info = {"arm": arm, "cmd": " ".join(["rlvr train --config demo", *over]), "wall_s": wall,
+            "stopped_by_time_limit": stopped}
+    (out / "bench_arm.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def read_arm(out: Path) -> dict[str, Any]:
+    """An arm's recorded run: ``bench_arm.json`` plus its ``metrics.jsonl`` rows."""
+    info = json.loads((out / "bench_arm.json").read_text())
+    info["rows"] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return info
 
 
 def model_sizes(rank: int) -> dict[str, dict[str, int]]:
@@ -162,7 +183,8 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     first = {k: rows[0].get(k) for k in PHASES}
     later = {k: statistics.median(r[k] for r in rows[1:] if k in r) for k in PHASES if any(k in r for r in rows[1:])}
     return {"step1": first, "median_later": later, "peak_memory_mb": max(r["perf/peak_memory_mb"] for r in rows),
-            "reward_mean": [r.get("reward/mean") for r in rows], "wall_s": run["wall_s"], "cmd": run["cmd"]}
+            "reward_mean": [r.get("reward/mean") for r in rows], "steps": len(rows), "wall_s": run["wall_s"],
+            "cmd": run["cmd"], "stopped_by_time_limit": run.get("stopped_by_time_limit", False)}
 
 
 def plot(summary: dict[str, Any], path: Path, title: str) -> None:
@@ -189,7 +211,9 @@ def plot(summary: dict[str, Any], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the parts, print tables, write JSON (and the plot)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--parts", default="gen,runs")
+    p.add_argument("--parts", default="gen", help="comma-separated: gen, run, report")
+    p.add_argument("--arm", choices=("full", "lora"), help="the arm of --parts run")
+    p.add_argument("--arm-timeout", type=float, default=540.0, help="seconds before an arm's run is stopped")
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--gen-prompts", type=int, default=4)
     p.add_argument("--gen-samples", type=int, default=8)
@@ -216,21 +240,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generation ({g['requests']}): base {g['base_s']:.2f} s, peft live {g['peft_live_s']:.2f} s, "
               f"merged copy {g['merged_copy_s']:.2f} s (+ sync {g['sync_s']:.3f} s per update); "
               f"merged is {g['merged_speedup']:.2f}x the live speed")
-    if "runs" in parts:
+    if "run" in parts:
+        if not args.arm:
+            p.error("--parts run needs --arm full|lora")
+        run_arm(args, args.arm, Path(args.runs_dir) / args.arm)
+    if "report" in parts:
         res["sizes"] = model_sizes(args.rank)
-        summary = {}
-        for arm in ("full", "lora"):
-            summary[arm] = summarise(run_arm(args, arm, Path(args.runs_dir) / arm))
+        summary = {arm: summarise(read_arm(Path(args.runs_dir) / arm)) for arm in ("full", "lora")}
         res["runs"] = summary
+        steps = min(s["steps"] for s in summary.values())
         print("| | full FT | LoRA r=%d |" % args.rank)
         print("|---|---|---|")
         sz = res["sizes"]
         print(f"| trainable params | {sz['full']['trainable']:,} | {sz['lora']['trainable']:,} |")
         for k in PHASES:
             a, b = summary["full"], summary["lora"]
-            print(f"| {k} step 1 / median 2..{args.steps} | {a['step1'][k]:.2f} / {a['median_later'].get(k, float('nan')):.2f} "
+            print(f"| {k} step 1 / median 2..{steps} | {a['step1'][k]:.2f} / {a['median_later'].get(k, float('nan')):.2f} "
                   f"| {b['step1'][k]:.2f} / {b['median_later'].get(k, float('nan')):.2f} |")
         print(f"| peak RSS MiB | {summary['full']['peak_memory_mb']:.0f} | {summary['lora']['peak_memory_mb']:.0f} |")
+        print(f"| steps logged | {summary['full']['steps']} | {summary['lora']['steps']} |")
         plot(summary, Path(args.plot), f"demo recipe, gbs={args.gbs}, seed {args.seed}: full FT (lr {args.lr_full:g}) "
              f"vs LoRA r={args.rank} (lr {args.lr_lora:g})")
     out.parent.mkdir(parents=True, exist_ok=True)
