@@ -248,8 +248,8 @@ class MergedWeightSync:
             return False
         if self._targets is not None:
             with torch.no_grad():
-                for layer, dst in self._targets:
-                    _merge_into(layer, dst.data)
+                for layer, dst in self._targets:  # in place, bumping dst's version (a cast copy re-syncs)
+                    _merge_into(layer, dst)
         else:
             self.engine.load_weights(merged_state_dict(self.model))
         self._pushed = version

@@ -318,3 +318,19 @@ def test_eval_checkpoint_accepts_an_adapter_or_a_merged_folder(tmp_path, tiny, m
         res = tmp_path / f"eval_{name}.json"
         assert cli.main(["eval", *common, "--checkpoint", str(ckpt), "--out", str(res)]) == 0
         assert json.loads(res.read_text())["num_problems"] == 2
+
+
+def test_lora_under_the_bf16_policy_decodes_the_merged_weights_in_bf16(tmp_path, tiny):
+    make, tok = tiny
+    tr = Trainer(small_config(tmp_path, *LORA, "max_steps=1", "learning_rate=5e-2", "model.dtype=bf16"), make(0), tok,
+                 ToyTask())
+    assert tr.engine.decode_dtype == torch.bfloat16
+    tr.train()
+    tr.weight_sync(tr.global_step)
+    tr.engine.sync_weights()  # the bf16 cast copy follows the merged fp32 generation copy
+    merged = merged_state_dict(tr.model)
+    decode = dict(tr.engine._decode_model.named_parameters())
+    for k, v in merged.items():
+        torch.testing.assert_close(decode[k].float(), v, rtol=1e-2, atol=1e-2)
+    assert any(not torch.equal(v, base_causal_lm(tr.model).get_parameter(k.replace(".weight", ".base_layer.weight")))
+               for k, v in merged.items())

@@ -36,7 +36,7 @@ from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds")
 """Config keys (and sections) that may change between a run and its resumption."""
 
 
