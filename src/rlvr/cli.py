@@ -126,24 +126,59 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``rlvr train``: validate everything cheap, then load the model and train."""
     cfg = _load_config(args)
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
+    from rlvr.distributed import init_distributed, shutdown
+    from rlvr.distributed.setup import local_config
+
+    world = int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
+    local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
+    try:
+        env = init_distributed(cfg.device, backend=cfg.distributed.backend, timeout_s=cfg.distributed.timeout_s,
+                               num_threads=cfg.distributed.num_threads)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return _train(cfg, local_cfg, ckpt, env)
+    finally:
+        shutdown()
+
+
+def _train(cfg, local_cfg, ckpt, env) -> int:
+    """Load task and model, build this rank's trainer, resume, train (one process or one rank)."""
+    from rlvr.distributed import DataParallel
+    from rlvr.distributed.setup import use_fsdp
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
     from rlvr.trainer.checkpoint import load_checkpoint
     from rlvr.trainer.trainer import Trainer
 
+    main_rank = env.rank == 0
     task = build_task(cfg.task)
     task.problems("train")  # surface data errors before the model loads
     model, tokenizer = load_policy(cfg.model)
     out = Path(cfg.logging.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
-    trainer = Trainer(cfg, model, tokenizer, task)
+    if main_rank:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
+    dp = None
+    if env.distributed:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=int(pad))
+        if main_rank:
+            print(f"rlvr: {env.world_size} processes ({env.local_world_size} on this node), backend {env.backend}, "
+                  f"device {env.device.type}, {env.threads} CPU thread(s) per process, "
+                  f"{'FSDP2' if dp.fsdp else 'replicated'} policy, {local_cfg.generation_batch_size} completions "
+                  f"per rank per round", file=sys.stderr)
+    else:
+        model.to(env.device)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
     if ckpt is not None:
         load_checkpoint(trainer, ckpt)
-        print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+        if main_rank:
+            print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
     last = trainer.train()
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
-    print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
+    if main_rank:
+        print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
     return 0
 
 

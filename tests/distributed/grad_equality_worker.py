@@ -101,9 +101,33 @@ def main():
                 scale = max(float(w.abs().max()) for w in want.values())
                 results[f"{label}|{name}"] = [diff, scale]
         base.zero_grad(set_to_none=True)
+    results["weight_sync"] = check_weight_sync(env, sys.argv[1])
     if env.rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
     torch.distributed.destroy_process_group()
+
+
+def check_weight_sync(env, out):
+    """Train 2 steps with FSDP2, then: every rank's generation copy equals the gathered trained weights,
+    on every rank alike; the version counter counts the optimizer steps."""
+    from rlvr.distributed.weights import full_named_tensors
+    from rlvr.testing import ToyTask, small_config
+    from rlvr.trainer.trainer import Trainer
+
+    model, tok = build_tiny_model(0)
+    cfg = small_config(out, "reward_timeout_s=0", "logging.tensorboard=false")
+    dp = DataParallel(env, fsdp=True, pad_token_id=tok.pad_token_id)
+    tr = Trainer(cfg, model, tok, ToyTask(), dp=dp)
+    before = {k: v.clone() for k, v in tr.weight_sync.target.state_dict().items()}
+    tr.train()
+    tr.sync_weights()
+    full = dict(full_named_tensors(tr.model))
+    gen = tr.weight_sync.target.state_dict()
+    equal = all(torch.equal(gen[k], full[k]) for k in full)
+    changed = any(not torch.equal(before[k], gen[k]) for k in gen)
+    sums = dp.gather([float(v.double().sum()) for v in gen.values()])
+    return {"equal": equal, "changed": changed, "same_on_all_ranks": all(s == sums[0] for s in sums),
+            "version": [tr.weight_version, tr.weight_sync.version], "engine_is_copy": tr.engine.model is not tr.model}
 
 
 if __name__ == "__main__":

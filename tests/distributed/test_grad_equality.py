@@ -14,10 +14,14 @@ from rlvr.core.aggregation import LOSS_AGG_MODES
 from .conftest import result_line, run_torchrun
 
 
-def test_two_ranks_give_the_one_process_gradient_for_every_mode():
-    proc = run_torchrun(["tests/distributed/grad_equality_worker.py"])
+def test_two_ranks_give_the_one_process_gradient_for_every_mode(tmp_path):
+    proc = run_torchrun(["tests/distributed/grad_equality_worker.py", str(tmp_path)])
     res = result_line(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # generation on full weights: after a sync every rank's engine copy equals the trained weights
+    sync = res.pop("weight_sync")
+    assert sync == {"equal": True, "changed": True, "same_on_all_ranks": True, "version": [2, 2],
+                    "engine_is_copy": True}
     expected = {f"replicated|{m}|beta={b}|share={s}|mask={h}"
                 for m, b, s, h in itertools.product(LOSS_AGG_MODES, (0.0, 0.1), (True, False), ("none", "drop"))}
     assert expected <= set(res)

@@ -27,7 +27,7 @@ from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, rest
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
-from rlvr.trainer.logger import RunLogger
+from rlvr.trainer.logger import NullLogger, RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
@@ -83,6 +83,12 @@ class Trainer:
         ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
+        dp: this rank's :class:`rlvr.distributed.DataParallel` under ``torchrun`` (None: one process).
+            ``cfg`` is then the rank's config (:func:`rlvr.distributed.setup.local_config`) and
+            ``run_config`` the job's (saved in checkpoints). The trainer shards the models (FSDP2) or
+            keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
+            logs on rank 0 only.
+        run_config: the job's config as the user wrote it (default ``cfg``).
     """
 
     def __init__(
@@ -98,9 +104,23 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
+        dp: Any = None,
+        run_config: RLConfig | None = None,
     ) -> None:
         seed_everything(cfg.seed)
         self.cfg = cfg
+        self.run_config = run_config or cfg
+        self.dp = dp
+        self.rank = dp.rank if dp is not None else 0
+        self.world_size = dp.world_size if dp is not None else 1
+        if cfg.beta > 0 and ref_model is None:
+            ref_model = copy.deepcopy(model)
+        gen_model, sharded = model, False
+        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
+            from rlvr.distributed.setup import prepare_models
+
+            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
@@ -109,8 +129,16 @@ class Trainer:
         if engine is None:
             from rlvr.engines.hf import HFEngine
 
-            engine = HFEngine(model, tokenizer)
+            engine = HFEngine(gen_model, tokenizer)
         self.engine = engine
+        # generation weights: a version counter and one sync point (rlvr.distributed.weights.WeightSync);
+        # an engine with its own `weight_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none
+        self.weight_version = 0
+        self.weight_sync = getattr(engine, "weight_sync", None)
+        if self.weight_sync is None and sharded:
+            from rlvr.distributed.weights import ModuleCopySync
+
+            self.weight_sync = ModuleCopySync(gen_model)
         validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
@@ -122,6 +150,10 @@ class Trainer:
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
         self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
+        if self.world_size > 1:
+            from rlvr.distributed.data import RankPromptLoader
+
+            self.loader = RankPromptLoader(self.loader, self.rank, self.world_size)
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
@@ -130,7 +162,7 @@ class Trainer:
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
         if cfg.beta > 0:
-            self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+            self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
         self.generation_round = 0
@@ -157,12 +189,13 @@ class Trainer:
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.generation_round * 7919) % 2**31,
+            seed=(c.seed * 1_000_003 + self.generation_round * 7919 + self.rank * 104_729) % 2**31,
         )
 
     def _draw(self, k: int) -> RolloutBatch:
         problems = self.loader.next(k)
-        first = self.generation_round * 1_000_000 + self._draw_count * k
+        # group ids unique over the job: draw d of rank r gets block d·W + r
+        first = self.generation_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
         self._draw_count += 1
         return self.sampler.sample(
             problems, self.cfg.num_generations, self.sampling_params(), policy_version=self.global_step,
@@ -176,10 +209,26 @@ class Trainer:
         )
         return logp
 
+    def sync_weights(self) -> None:
+        """Push the trained weights to the generation engine when it is behind ``weight_version``
+        (every rank; a collective when the policy is sharded)."""
+        ws = self.weight_sync
+        if ws is not None and ws.version != self.weight_version:
+            from rlvr.distributed.weights import full_named_tensors
+
+            ws.push(full_named_tensors(self.model), self.weight_version)
+
+    def _needs_trainer_old_logp(self) -> bool:
+        cfg = self.cfg
+        return (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer")
+
     def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
         cfg = self.cfg
         timings: dict[str, float] = {}
+        t = time.perf_counter()
+        self.sync_weights()
+        timings["timing/weight_sync_s"] = time.perf_counter() - t
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
@@ -200,8 +249,13 @@ class Trainer:
         self.generation_round += 1
         metrics: dict[str, float] = {}
         if len(batch) == 0:
+            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
+                if self._needs_trainer_old_logp():
+                    self._logprobs(self.model, batch)
+                if self.ref_model is not None:
+                    self._logprobs(self.ref_model, batch)
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        if (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
+        if self._needs_trainer_old_logp():
             t = time.perf_counter()
             batch.old_logp = self._logprobs(self.model, batch)
             timings["timing/old_logprob_s"] = time.perf_counter() - t
@@ -268,22 +322,24 @@ class Trainer:
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
             loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
-            share_prompt=cfg.share_prompt_forward,
+            share_prompt=cfg.share_prompt_forward, dp=self.dp,
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
         m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        staleness = (self.global_step - opt_batch.policy_version).float()
-        m["staleness/mean"] = float(staleness.mean())
-        m["staleness/max"] = float(staleness.max())
+        if len(opt_batch):  # a rank may run an empty update to keep step with the others
+            staleness = (self.global_step - opt_batch.policy_version).float()
+            m["staleness/mean"] = float(staleness.mean())
+            m["staleness/max"] = float(staleness.max())
         if res.skipped:
             self.consecutive_nonfinite += 1
             m["actor/skipped_nonfinite"] = 1.0
         else:
             self.consecutive_nonfinite = 0
             self.scheduler.step()
+            self.weight_version += 1
             m["actor/skipped_nonfinite"] = 0.0
         self.num_tokens += res.tokens
         return m
@@ -297,10 +353,13 @@ class Trainer:
                 gradient (a checkpoint is written first).
         """
         cfg = self.cfg
-        logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
-            progress=cfg.logging.progress,
-        )
+        if self.rank == 0:
+            logger = RunLogger(
+                self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
+                progress=cfg.logging.progress,
+            )
+        else:  # one writer per job: rank 0 logs the reduced metrics
+            logger = NullLogger()
         self._logger = logger
         last: dict[str, float] = {}
         t_run = time.perf_counter()
@@ -316,6 +375,7 @@ class Trainer:
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
+                opt_batches = self._equalise_updates(opt_batches, batch)
                 self.pending_round["num_opt_batches"] = len(opt_batches)
                 for i, ob in enumerate(opt_batches):
                     if i < start:
@@ -334,8 +394,7 @@ class Trainer:
                     m["perf/peak_memory_mb"] = peak_memory_mb()
                     m["generation/round"] = float(self.generation_round)
                     t_step = time.perf_counter()
-                    last = m
-                    self._after_step(m)
+                    last = self._after_step(m)
                 if not opt_batches:
                     logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
         finally:
@@ -368,9 +427,21 @@ class Trainer:
         self._last_samples = self._sample_rows(batch)
         return batch, opt_batches, int(r["next_index"])
 
-    def _after_step(self, m: dict[str, float]) -> None:
+    def _equalise_updates(self, opt_batches: list[RolloutBatch], batch: RolloutBatch) -> list[RolloutBatch]:
+        """Pad this rank's updates with empty ones up to the most any rank has this round (every rank
+        takes every optimizer step together; a rank whose groups were all filtered out contributes 0)."""
+        if self.dp is None or self.world_size == 1:
+            return opt_batches
+        n = int(self.dp.max([len(opt_batches)])[0])
+        return list(opt_batches) + [batch.select([]) for _ in range(n - len(opt_batches))]
+
+    def _after_step(self, m: dict[str, float]) -> dict[str, float]:
         cfg, logger = self.cfg, self._logger
         assert logger is not None
+        if self.dp is not None and self.world_size > 1:  # every rank, every step: one all-gather of the rows
+            from rlvr.distributed.metrics import reduce_metric_dicts
+
+            m = reduce_metric_dicts(self.dp.gather(m), loss_is_partial=cfg.loss_norm_scope == "global")
         if self.global_step % cfg.logging.logging_steps == 0 or self.global_step == cfg.max_steps:
             logger.log(self.global_step, m)
         every = cfg.logging.log_completions_steps
@@ -387,7 +458,13 @@ class Trainer:
             )
         if cfg.save_steps and self.global_step % cfg.save_steps == 0:
             self.save(self.output_dir / f"checkpoint-{self.global_step}")
+        return m
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
-        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config)."""
+        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); under
+        ``torchrun`` every rank calls it (:mod:`rlvr.distributed.checkpoint`)."""
+        if self.dp is not None and self.dp.env.backend is not None:
+            from rlvr.trainer.dist_checkpoint import save_distributed
+
+            return save_distributed(self, path, hf_folder=hf_folder)
         return save_checkpoint(self, path, hf_folder=hf_folder)

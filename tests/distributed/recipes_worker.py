@@ -1,0 +1,46 @@
+"""torchrun worker: a 3-step run of each built-in recipe family on the tiny model, in one process group.
+
+argv: MODEL_DIR OUT_ROOT. Prints ``RESULT {recipe: [logged steps]}`` on rank 0.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from rlvr.cli import _load_config, _train, build_parser
+from rlvr.distributed import init_distributed, shutdown
+from rlvr.distributed.setup import local_config
+
+from tests.distributed.conftest import metric_rows, tiny_run_args
+
+RECIPES = {
+    "grpo": [],
+    "dapo": ["dynamic_sampling.max_num_gen_batches=2", "overlong_buffer_len=4"],
+    "mu_grpo_small": ["steps_per_generation=2", "generation_batch_size=16"],
+    "uec_rl": ["uec.explore_num_generations=4", "uec.update_size=8", "uec.replay_every=2", "uec.replay_min_size=1"],
+    "ib_tpo": ["steps_per_generation=1", "ib_tpo.min_remaining_tokens=2", "ib_tpo.max_rounds=2"],
+    "fbos_rl": ["fbos.initial_rollouts=2", "fbos.prev_attempt_max_tokens=16"],
+}
+
+
+def main():
+    model_dir, root = Path(sys.argv[1]), Path(sys.argv[2])
+    only = sys.argv[3].split(",") if len(sys.argv) > 3 else list(RECIPES)
+    env = init_distributed("cpu")
+    logged = {}
+    try:
+        for name in only:
+            out = root / name
+            args = build_parser().parse_args(["train", "--config", name, *tiny_run_args(model_dir, out), *RECIPES[name]])
+            cfg = _load_config(args)
+            _train(cfg, local_config(cfg, env.world_size), None, env)
+            if env.rank == 0:
+                logged[name] = [r["step"] for r in metric_rows(out)]
+    finally:
+        if env.rank == 0:
+            print("RESULT " + json.dumps(logged), flush=True)
+        shutdown()
+
+
+if __name__ == "__main__":
+    main()
