@@ -85,3 +85,14 @@ def test_single_process_env_and_threads(monkeypatch):
             init_distributed("cpu", backend="nccl")
     finally:
         torch.set_num_threads(before)
+
+
+def test_python_dash_m_rlvr_is_the_cli(tmp_path, monkeypatch, capsys):
+    """``python -m rlvr`` (what ``torchrun -m rlvr`` runs) is ``rlvr.cli.main``."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["rlvr", "plot", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module("rlvr", run_name="__main__")
+    assert exc.value.code != 0
