@@ -15,7 +15,7 @@ from rlvr.core.aggregation import LOSS_AGG_MODES
 from rlvr.core.objective import LossSettings
 from rlvr.distributed import DataParallel, init_distributed
 from rlvr.distributed.fsdp import shard_policy
-from rlvr.models import build_tiny_model
+from rlvr.models import build_tiny_model, enable_gradient_checkpointing
 from rlvr.trainer.update import policy_update
 from rlvr.types import RolloutBatch
 
@@ -73,6 +73,9 @@ def main():
     replicated = build_tiny_model(0)[0]
     sharded = build_tiny_model(0)[0]
     shard_policy(sharded, device=env.device)
+    checkpointed = build_tiny_model(0)[0]
+    enable_gradient_checkpointing(checkpointed)  # activation checkpointing under FSDP2
+    shard_policy(checkpointed, device=env.device)
     dp_rep = DataParallel(env, fsdp=False, pad_token_id=0)
     dp_fsdp = DataParallel(env, fsdp=True, pad_token_id=0)
     results = {}
@@ -87,9 +90,13 @@ def main():
             opt = torch.optim.SGD(base.parameters(), lr=0.0)
             policy_update(base, opt, batch, st, **kw)
             want = grads(base)
-        for label, model, dp in (("replicated", replicated, dp_rep), ("fsdp", sharded, dp_fsdp)):
+        runs = [("replicated", replicated, dp_rep), ("fsdp", sharded, dp_fsdp), ("fsdp_ac", checkpointed, dp_fsdp)]
+        for label, model, dp in runs:
             if label == "fsdp" and hook == "drop" and share is False:
                 continue  # covered by the replicated run; keeps the test short
+            if label == "fsdp_ac" and (beta or hook == "drop" or mode not in ("token-mean", "seq-mean-token-mean")):
+                continue
+            model.train()
             opt = torch.optim.SGD(model.parameters(), lr=0.0)
             policy_update(model, opt, local, st, dp=dp, **kw)
             got = grads(model)

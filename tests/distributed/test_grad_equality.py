@@ -2,7 +2,8 @@
 
 One ``torchrun --nproc_per_node 2`` launch (gloo, CPU, tiny model) runs every case of
 ``grad_equality_worker.py``: the five ``loss_agg_mode`` s × KL on/off × prompt sharing on/off × a
-drop-mask hook on/off, for the replicated model (all-reduced gradients) and for FSDP2 shards.
+drop-mask hook on/off, for the replicated model (all-reduced gradients) and for FSDP2 shards (also
+with activation checkpointing).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def test_two_ranks_give_the_one_process_gradient_for_every_mode(tmp_path):
                 for m, b, s, h in itertools.product(LOSS_AGG_MODES, (0.0, 0.1), (True, False), ("none", "drop"))}
     assert expected <= set(res)
     assert sum(k.startswith("fsdp|") for k in res) == 30
+    assert sum(k.startswith("fsdp_ac|") for k in res) == 4  # activation checkpointing under FSDP2
     for case, (diff, scale) in res.items():
         assert scale > 0, f"{case}: zero gradient (the comparison would be vacuous)"
         assert diff <= 1e-5 * scale, f"{case}: max |Δgrad| {diff:.3g} vs max |grad| {scale:.3g}"

@@ -69,8 +69,7 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     """Move the models to the rank's device and shard them when :func:`use_fsdp`.
 
     With FSDP2 the generation copy is a ``deepcopy`` of the still-full policy, taken before sharding
-    (kept in eval mode, no gradients); activation checkpointing (``model.gradient_checkpointing``) is
-    enabled on the policy before sharding. The optimizer must be built after this call.
+    (kept in eval mode, no gradients). The optimizer must be built after this call.
     """
     model.to(env.device)
     if ref_model is not None:
@@ -78,8 +77,8 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     if not use_fsdp(cfg, env.world_size) or env.backend is None:
         return PreparedModels(model, ref_model, model, sharded=False)
     gen = copy.deepcopy(model).eval().requires_grad_(False)
-    if getattr(cfg.model, "gradient_checkpointing", False) and hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
+    # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
     mp = mixed_precision_for(env.device, cfg.distributed.mixed_precision)
     shard_policy(model, device=env.device, mp_policy=mp)
     if ref_model is not None:
