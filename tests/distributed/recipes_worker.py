@@ -20,6 +20,9 @@ RECIPES = {
     "uec_rl": ["uec.explore_num_generations=4", "uec.update_size=8", "uec.replay_every=2", "uec.replay_min_size=1"],
     "ib_tpo": ["steps_per_generation=1", "ib_tpo.min_remaining_tokens=2", "ib_tpo.max_rounds=2"],
     "fbos_rl": ["fbos.initial_rollouts=2", "fbos.prev_attempt_max_tokens=16"],
+    # not recipes: GRPO with the job's reward std and a sharded reference model; replicated, mu = 2
+    "grpo+batch_std+kl": ["scale_rewards=batch", "beta=0.04"],
+    "grpo+replicated+mu2": ["distributed.fsdp=false", "steps_per_generation=2"],
 }
 
 
@@ -31,11 +34,15 @@ def main():
     try:
         for name in only:
             out = root / name
-            args = build_parser().parse_args(["train", "--config", name, *tiny_run_args(model_dir, out), *RECIPES[name]])
+            recipe = name.split("+")[0]
+            args = build_parser().parse_args(["train", "--config", recipe, *tiny_run_args(model_dir, out), *RECIPES[name]])
             cfg = _load_config(args)
             _train(cfg, local_config(cfg, env.world_size), None, env)
             if env.rank == 0:
-                logged[name] = [r["step"] for r in metric_rows(out)]
+                rows = metric_rows(out)
+                logged[name] = [r["step"] for r in rows]
+                if "beta=0.04" in RECIPES[name]:
+                    assert all(r["timing/ref_logprob_s"] >= 0 and "actor/kl" in r for r in rows), rows[0].keys()
     finally:
         if env.rank == 0:
             print("RESULT " + json.dumps(logged), flush=True)

@@ -1,12 +1,14 @@
 """A 3-step ``torchrun --nproc_per_node 2`` run of each built-in recipe family on the tiny model
 (grpo, dapo, mu_grpo_small, uec_rl, ib_tpo, fbos_rl; FSDP2, gloo) in one process group: every run
-completes and rank 0 logs each step exactly once."""
+completes and rank 0 logs each step exactly once. Two GRPO variants add the job-wide reward std
+(``scale_rewards=batch``) with a sharded reference model (``beta > 0``), and the replicated policy
+(``distributed.fsdp=false``) with μ = 2."""
 
 from __future__ import annotations
 
 from .conftest import result_line, run_torchrun
 
-FAMILIES = ["grpo", "dapo", "mu_grpo_small", "uec_rl", "ib_tpo", "fbos_rl"]
+FAMILIES = ["grpo", "dapo", "mu_grpo_small", "uec_rl", "ib_tpo", "fbos_rl", "grpo+batch_std+kl", "grpo+replicated+mu2"]
 
 
 def test_each_recipe_family_runs_on_two_ranks(tiny_folder, tmp_path):

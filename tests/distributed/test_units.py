@@ -96,3 +96,32 @@ def test_python_dash_m_rlvr_is_the_cli(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         runpy.run_module("rlvr", run_name="__main__")
     assert exc.value.code != 0
+
+
+class _TwoRanks:
+    """A stand-in for DataParallel.sum on rank 0 of 2: adds the other rank's values, given in order."""
+
+    def __init__(self, other_values):
+        self.other = other_values
+        self.calls = 0
+
+    def sum(self, values):
+        other = self.other(self.calls)
+        self.calls += 1
+        return [a + b for a, b in zip(values, other)]
+
+
+def test_global_std_is_the_std_of_all_ranks_rows():
+    import torch
+
+    from rlvr.distributed.stats import global_std
+
+    a, b = torch.tensor([0.0, 1.0, 1.0, 3.0], dtype=torch.float64), torch.tensor([2.0, 5.0], dtype=torch.float64)
+    both = torch.cat([a, b])
+    mean = float(both.mean())
+    dp = _TwoRanks(lambda k: [float(b.numel()), float(b.sum())] if k == 0 else [float(((b - mean) ** 2).sum())])
+    assert global_std(a, dp) == pytest.approx(float(both.std()), rel=1e-12)
+    dp = _TwoRanks(lambda k: [float(b.numel()), float(b.sum())] if k == 0 else [float(((b - mean) ** 2).sum())])
+    assert global_std(a, dp, unbiased=False) == pytest.approx(float(both.std(unbiased=False)), rel=1e-12)
+    empty = _TwoRanks(lambda k: [0.0, 0.0] if k == 0 else [0.0])
+    assert global_std(torch.tensor([4.0]), empty) == 0.0  # one value in the whole job

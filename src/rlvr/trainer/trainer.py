@@ -254,6 +254,8 @@ class Trainer:
                     self._logprobs(self.model, batch)
                 if self.ref_model is not None:
                     self._logprobs(self.ref_model, batch)
+            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
+                self._assign_advantages(batch)
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
         if self._needs_trainer_old_logp():
             t = time.perf_counter()
@@ -273,7 +275,7 @@ class Trainer:
         if self.updates_per_generation == 1:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
         if batch.advantages is None:
-            assign_advantages(batch, cfg, self.adv_fn)
+            self._assign_advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
             batch = f(batch)
@@ -294,6 +296,23 @@ class Trainer:
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
         self._last_samples = self._sample_rows(batch)
         return batch, metrics
+
+    def _global_batch_std(self) -> bool:
+        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
+        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
+
+    def _assign_advantages(self, batch: RolloutBatch) -> None:
+        if not self._global_batch_std():
+            assign_advantages(batch, self.cfg, self.adv_fn)
+            return
+        from rlvr.distributed.stats import global_std
+
+        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
+        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
+        if len(batch) == 0:
+            return
+        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
+        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print
@@ -462,7 +481,7 @@ class Trainer:
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); under
-        ``torchrun`` every rank calls it (:mod:`rlvr.distributed.checkpoint`)."""
+        ``torchrun`` every rank calls it (:mod:`rlvr.trainer.dist_checkpoint`)."""
         if self.dp is not None and self.dp.env.backend is not None:
             from rlvr.trainer.dist_checkpoint import save_distributed
 
