@@ -5,6 +5,7 @@ Arms (each a fresh process or process group, run one after another):
 
 * ``single``      — ``rlvr.cli``'s path without torchrun, ``distributed.num_threads=2``;
 * ``fsdp2``       — ``torchrun --standalone --nproc_per_node 2``, 1 thread each, FSDP2 policy + generation copy;
+* ``fsdp2_gathered`` — FSDP2 generating on the gathered module (``distributed.generation_weights=gathered``);
 * ``replicated``  — the same with ``distributed.fsdp=false`` (full model per rank, all-reduced gradients).
 
 Settings: GRPO, reasoning-gym ``chain_sum``, ``--prompts`` prompts × ``--gens`` completions per round
@@ -68,6 +69,7 @@ def worker(args: argparse.Namespace) -> None:
         f"max_steps={args.steps}", f"logging.output_dir={args.run_dir}", "logging.progress=false",
         "logging.tensorboard=false", "logging.log_completions_steps=0", "reward_timeout_s=0",
         f"distributed.num_threads={args.threads}", f"distributed.fsdp={'false' if args.replicated else 'auto'}",
+        f"distributed.generation_weights={'gathered' if args.gathered else 'copy'}",
     ])
     env = init_distributed("cpu", num_threads=args.threads)
     local = local_config(cfg, env.world_size)
@@ -102,7 +104,8 @@ def run_arm(name: str, args: argparse.Namespace, tmp: Path) -> dict:
         cmd = [sys.executable, *common, "--threads", "2"]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *common,
-               "--threads", "1", *(["--replicated"] if name == "replicated" else [])]
+               "--threads", "1", *(["--replicated"] if name == "replicated" else []),
+               *(["--gathered"] if name == "fsdp2_gathered" else [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
     print(f"[{name}] {' '.join(cmd[:8])} ...", flush=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -126,11 +129,12 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--gens", type=int, default=8)
     p.add_argument("--max-new", type=int, default=64)
-    p.add_argument("--arms", default="single,fsdp2,replicated")
+    p.add_argument("--arms", default="single,fsdp2,fsdp2_gathered,replicated")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--replicated", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--gathered", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()

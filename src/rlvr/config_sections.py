@@ -99,7 +99,9 @@ class DistributedConfig(_Strict):
     arithmetic). ``backend``: ``auto`` (nccl on CUDA, gloo on CPU). ``timeout_s``: collective timeout (a
     dead rank fails the others within it). ``num_threads``: CPU intra-op threads per process, 0 = auto
     (``OMP_NUM_THREADS``, else cores ÷ processes per machine). ``mixed_precision``: FSDP2 parameter dtype
-    on CUDA (gradients reduced in fp32); CPU always trains in fp32.
+    on CUDA (gradients reduced in fp32); CPU always trains in fp32. ``generation_weights`` (FSDP2 only):
+    ``copy`` generates with a full copy synced from the shards before each round; ``gathered`` gathers
+    the shards for the round and generates on the FSDP module itself (no copy at rest).
     """
 
     fsdp: bool | None = None
@@ -107,6 +109,7 @@ class DistributedConfig(_Strict):
     timeout_s: float = Field(600.0, gt=0)
     num_threads: int = Field(0, ge=0)
     mixed_precision: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    generation_weights: Literal["copy", "gathered"] = "copy"
 
     @model_validator(mode="before")
     @classmethod

@@ -23,6 +23,7 @@ RECIPES = {
     # not recipes: GRPO with the job's reward std and a sharded reference model; replicated, mu = 2
     "grpo+batch_std+kl": ["scale_rewards=batch", "beta=0.04"],
     "grpo+replicated+mu2": ["distributed.fsdp=false", "steps_per_generation=2"],
+    "grpo+gathered": ["distributed.generation_weights=gathered"],
 }
 
 
@@ -43,6 +44,10 @@ def main():
                 logged[name] = [r["step"] for r in rows]
                 if "beta=0.04" in RECIPES[name]:
                     assert all(r["timing/ref_logprob_s"] >= 0 and "actor/kl" in r for r in rows), rows[0].keys()
+        if env.rank == 0 and {"grpo", "grpo+gathered"} <= set(logged):  # both weight paths: same rollouts
+            stable = [{k: v for k, v in r.items() if not k.startswith(("timing/", "perf/", "time"))}
+                      for name in ("grpo", "grpo+gathered") for r in metric_rows(root / name)]
+            logged["gathered_equals_copy"] = stable[:3] == stable[3:]
     finally:
         if env.rank == 0:
             print("RESULT " + json.dumps(logged), flush=True)

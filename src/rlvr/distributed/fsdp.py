@@ -84,7 +84,7 @@ def shard_policy(
 
     The policy's parameters become sharded ``DTensor`` s (build the optimizer after this call); the
     policy gets the attribute :data:`RUNNER_ATTR` so that :func:`rlvr.trainer.forward.completion_logprobs`
-    routes through the root. Activation checkpointing, if wanted, must be enabled on ``policy`` before
+    routes through the root. A collective: every rank calls it (it runs one warm-up forward). Activation checkpointing, if wanted, must be enabled on ``policy`` before
     (``gradient_checkpointing_enable``; it composes with FSDP2).
 
     Args:
@@ -109,6 +109,10 @@ def shard_policy(
     root = ForwardRunner(policy)
     fully_shard(root, **kw)
     object.__setattr__(policy, RUNNER_ATTR, root)  # not a submodule: no cycle in modules()/state_dict()
+    # FSDP makes the first module to run forward its root: run one tiny forward through `root` now, so a
+    # later forward that enters the policy directly (the engine generating on gathered weights) is fine
+    with torch.no_grad(), unsharded(root, training=False):
+        root(_dummy_loss, 0)
     return root
 
 

@@ -69,18 +69,20 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     """Move the models to the rank's device and shard them when :func:`use_fsdp`.
 
     With FSDP2 the generation copy is a ``deepcopy`` of the still-full policy, taken before sharding
-    (kept in eval mode, no gradients). The optimizer must be built after this call.
+    (kept in eval mode, no gradients), unless ``distributed.generation_weights=gathered``: the engine
+    then gets the sharded policy itself (the trainer gathers it for each generation round). The optimizer must be built after this call.
     """
     model.to(env.device)
     if ref_model is not None:
         ref_model.to(env.device)
     if not use_fsdp(cfg, env.world_size) or env.backend is None:
         return PreparedModels(model, ref_model, model, sharded=False)
-    gen = copy.deepcopy(model).eval().requires_grad_(False)
+    gathered = cfg.distributed.generation_weights == "gathered"
+    gen = None if gathered else copy.deepcopy(model).eval().requires_grad_(False)
     # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
     # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
     mp = mixed_precision_for(env.device, cfg.distributed.mixed_precision)
     shard_policy(model, device=env.device, mp_policy=mp)
     if ref_model is not None:
         shard_policy(ref_model, device=env.device, mp_policy=mp)
-    return PreparedModels(model, ref_model, gen, sharded=True)
+    return PreparedModels(model, ref_model, model if gen is None else gen, sharded=True)

@@ -50,19 +50,13 @@ def _state_dicts(trainer: Any) -> dict[str, Any]:
 
 
 def _write_hf_folder(trainer: Any, folder: Path) -> None:
-    """Gather the full policy (every rank) and write it as a Hugging Face folder (rank 0)."""
-    from rlvr.distributed.weights import ModuleCopySync, full_named_tensors
+    """Gather the full policy (every rank: one all-gather per sharded tensor) and write it as a Hugging
+    Face folder (rank 0, ``save_pretrained(state_dict=...)``)."""
+    from rlvr.distributed.weights import full_named_tensors
 
-    gen = getattr(getattr(trainer, "weight_sync", None), "target", None)
-    if gen is None:  # unsharded policy: it is the full model
-        if trainer.rank == 0:
-            trainer.model.save_pretrained(folder, safe_serialization=True)
-            trainer.tokenizer.save_pretrained(folder)
-        return
-    sync = trainer.weight_sync if isinstance(trainer.weight_sync, ModuleCopySync) else ModuleCopySync(gen)
-    sync.push(full_named_tensors(trainer.model), trainer.weight_version)
+    full = dict(full_named_tensors(trainer.model))
     if trainer.rank == 0:
-        gen.save_pretrained(folder, safe_serialization=True)
+        trainer.model.save_pretrained(folder, state_dict=full, safe_serialization=True)
         trainer.tokenizer.save_pretrained(folder)
 
 

@@ -7,6 +7,7 @@ passes. ``max_steps`` counts optimizer updates (TRL semantics).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 import time
@@ -135,7 +136,8 @@ class Trainer:
         # an engine with its own `weight_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none
         self.weight_version = 0
         self.weight_sync = getattr(engine, "weight_sync", None)
-        if self.weight_sync is None and sharded:
+        self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
+        if self.weight_sync is None and sharded and not self._gather_for_generation:
             from rlvr.distributed.weights import ModuleCopySync
 
             self.weight_sync = ModuleCopySync(gen_model)
@@ -241,9 +243,11 @@ class Trainer:
             score_time += time.perf_counter() - t
             return s
 
-        batch, cstats, self._carry = collect_generation_batch(
-            self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
-        )
+        gathered = self.dp.inference(self.model) if self._gather_for_generation else contextlib.nullcontext()
+        with gathered:  # generation_weights=gathered: the shards are gathered once for the whole round
+            batch, cstats, self._carry = collect_generation_batch(
+                self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
+            )
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
