@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -18,14 +18,25 @@ class _Strict(BaseModel):
 
 class ModelConfig(_Strict):
     """Which policy to load. ``name_or_path``: ``default`` (embedded SmolLM2-135M-Instruct), a local
-    folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network)."""
+    folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network).
+
+    ``dtype`` is the precision policy (:mod:`rlvr.precision`): ``auto`` (bf16 autocast where bf16 is
+    native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights)
+    or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
+    ``fp16-pure``."""
 
     name_or_path: str = "default"
     gguf_file: str | None = None
     cache_dir: str | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "fp16-pure"] = "auto"
     revision: str | None = None
     gradient_checkpointing: bool = False
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype_alias(cls, v: Any) -> Any:
+        aliases = {"float32": "fp32", "bfloat16": "bf16-pure", "float16": "fp16-pure", "fp16": "fp16-pure"}
+        return aliases.get(v.strip().lower(), v.strip().lower()) if isinstance(v, str) else v
 
 
 class TaskConfig(_Strict):
@@ -98,8 +109,8 @@ class DistributedConfig(_Strict):
     when the world size is > 1; ``false`` replicates the model and all-reduces gradients (DDP's
     arithmetic). ``backend``: ``auto`` (nccl on CUDA, gloo on CPU). ``timeout_s``: collective timeout (a
     dead rank fails the others within it). ``num_threads``: CPU intra-op threads per process, 0 = auto
-    (``OMP_NUM_THREADS``, else cores ÷ processes per machine). ``mixed_precision``: FSDP2 parameter dtype
-    on CUDA (gradients reduced in fp32); CPU always trains in fp32. ``generation_weights`` (FSDP2 only):
+    (``OMP_NUM_THREADS``, else cores ÷ processes per machine). FSDP2's mixed precision follows
+    ``model.dtype`` (:func:`rlvr.distributed.fsdp.mixed_precision_for`). ``generation_weights`` (FSDP2 only):
     ``copy`` generates with a full copy synced from the shards before each round; ``gathered`` gathers
     the shards for the round and generates on the FSDP module itself (no copy at rest).
     """
@@ -108,7 +119,6 @@ class DistributedConfig(_Strict):
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     timeout_s: float = Field(600.0, gt=0)
     num_threads: int = Field(0, ge=0)
-    mixed_precision: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     generation_weights: Literal["copy", "gathered"] = "copy"
 
     @model_validator(mode="before")

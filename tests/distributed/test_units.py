@@ -125,3 +125,16 @@ def test_global_std_is_the_std_of_all_ranks_rows():
     assert global_std(a, dp, unbiased=False) == pytest.approx(float(both.std(unbiased=False)), rel=1e-12)
     empty = _TwoRanks(lambda k: [0.0, 0.0] if k == 0 else [0.0])
     assert global_std(torch.tensor([4.0]), empty) == 0.0  # one value in the whole job
+
+
+def test_fsdp_mixed_precision_follows_the_precision_policy():
+    import torch
+
+    from rlvr.distributed.fsdp import mixed_precision_for
+    from rlvr.precision import resolve_precision
+
+    bf16 = resolve_precision("bf16", "cuda", log=False)
+    mp = mixed_precision_for(torch.device("cuda", 0), bf16)
+    assert mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
+    assert mixed_precision_for(torch.device("cpu"), resolve_precision("bf16", "cpu", log=False)) is None  # fp32 on CPU
+    assert mixed_precision_for(torch.device("cuda", 0), resolve_precision("fp32", "cuda", log=False)) is None

@@ -52,18 +52,21 @@ class ForwardRunner(torch.nn.Module):
         return fn(self.policy, *args, **kwargs)
 
 
-def mixed_precision_for(device: torch.device, dtype: str = "bfloat16") -> Any:
-    """The ``MixedPrecisionPolicy``: on CUDA ``param_dtype=dtype`` (bf16 by default) with fp32 gradient
-    reduction; on CPU ``None`` (fp32 throughout: this CPU has no fast bf16 matmuls).
+def mixed_precision_for(device: torch.device, policy: Any = None) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for the run's precision policy (:mod:`rlvr.precision`).
+
+    On CUDA under ``bf16`` (fp32 master weights, bf16 matmuls): ``param_dtype=policy.compute_dtype``,
+    ``reduce_dtype=policy.reduce_dtype`` (fp32) — FSDP gathers bf16 parameters and reduces fp32 gradients.
+    Otherwise ``None``: fp32 throughout on CPU (issue 14: fp32 on CPU), and the pure modes already store
+    the weights in their compute dtype.
 
     Source: PyTorch FSDP2 docs (``MixedPrecisionPolicy``); torchtitan's default (bf16 params, fp32 reduce).
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if device.type != "cuda":
+    if device.type != "cuda" or policy is None or getattr(policy, "mode", None) != "bf16":
         return None
-    dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-    return MixedPrecisionPolicy(param_dtype=dt, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=policy.compute_dtype, reduce_dtype=policy.reduce_dtype)
 
 
 def _decoder_layers(policy: torch.nn.Module) -> list[torch.nn.Module]:

@@ -81,7 +81,9 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     gen = None if gathered else copy.deepcopy(model).eval().requires_grad_(False)
     # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
     # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
-    mp = mixed_precision_for(env.device, cfg.distributed.mixed_precision)
+    from rlvr.precision import resolve_precision
+
+    mp = mixed_precision_for(env.device, resolve_precision(cfg.model.dtype, env.device.type))
     shard_policy(model, device=env.device, mp_policy=mp)
     if ref_model is not None:
         shard_policy(ref_model, device=env.device, mp_policy=mp)

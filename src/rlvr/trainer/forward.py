@@ -24,6 +24,7 @@ import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
 from rlvr.models import _decoder, lm_head_params, model_forward_hidden
+from rlvr.precision import autocast_for
 from rlvr.types import RolloutBatch
 
 
@@ -69,16 +70,16 @@ def completion_logprobs(
     share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[n, T]`` of the batch's completion tokens and entropy ``[n, T]``
-    (:func:`_completion_logprobs`), run through the FSDP root when ``model`` is sharded."""
+    (:func:`_local_completion_logprobs`), run through the FSDP root when ``model`` is sharded."""
     runner = getattr(model, RUNNER_ATTR, None)
     kw = dict(pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=with_entropy,
               entropy_grad=entropy_grad, share_prompt=share_prompt)
     if runner is not None:
-        return runner(_completion_logprobs, batch, **kw)
-    return _completion_logprobs(model, batch, **kw)
+        return runner(_local_completion_logprobs, batch, **kw)
+    return _local_completion_logprobs(model, batch, **kw)
 
 
-def _completion_logprobs(
+def _local_completion_logprobs(
     model: Any,
     batch: RolloutBatch,
     *,
@@ -98,11 +99,20 @@ def _completion_logprobs(
     through the log-probs when grad mode is on; the entropy carries a gradient only when
     ``entropy_grad`` (an entropy bonus is used).
 
+    Precision: the model's policy (:func:`rlvr.precision.autocast_for`): under ``bf16`` the body and the
+    LM head's matmuls run under bf16 autocast (their backward too); the log-softmax, the entropy and the
+    returned log-probs are float32 in every mode.
+
     Raises:
         ValueError: a row has an empty context (nothing to condition the first token on).
     """
     if any(len(c) == 0 for c in batch.context_ids):
         raise ValueError("completion_logprobs: every row needs at least one context token")
+    with autocast_for(model):
+        return _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, entropy_grad, share_prompt)
+
+
+def _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, entropy_grad, share_prompt):
     mask = batch.completion_mask > 0  # [n, T]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
     if share_prompt and shares_context(batch) and not _warn_unshared(model):
