@@ -47,7 +47,9 @@ def main():
         if env.rank == 0 and {"grpo", "grpo+gathered"} <= set(logged):  # both weight paths: same rollouts
             stable = [{k: v for k, v in r.items() if not k.startswith(("timing/", "perf/", "time"))}
                       for name in ("grpo", "grpo+gathered") for r in metric_rows(root / name)]
-            logged["gathered_equals_copy"] = stable[:3] == stable[3:]
+            logged["gathered_equals_copy"] = all(  # same tokens and rewards; log-probs to float tolerance
+                a.keys() == b.keys() and all(a[k] == b[k] or abs(a[k] - b[k]) <= 1e-5 * max(1.0, abs(a[k])) for k in a)
+                for a, b in zip(stable[:3], stable[3:]))
     finally:
         if env.rank == 0:
             print("RESULT " + json.dumps(logged), flush=True)
