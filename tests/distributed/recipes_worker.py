@@ -15,7 +15,7 @@ from tests.distributed.conftest import metric_rows, tiny_run_args
 
 RECIPES = {
     "grpo": [],
-    "dapo": ["dynamic_sampling.max_num_gen_batches=2", "overlong_buffer_len=4"],
+    "dapo": ["dynamic_sampling.max_num_gen_batches=3", "overlong_buffer_len=4", "num_generations=2"],  # ranks redraw unequally
     "mu_grpo_small": ["steps_per_generation=2", "generation_batch_size=16"],
     "uec_rl": ["uec.explore_num_generations=4", "uec.update_size=8", "uec.replay_every=2", "uec.replay_min_size=1"],
     "ib_tpo": ["steps_per_generation=1", "ib_tpo.min_remaining_tokens=2", "ib_tpo.max_rounds=2"],
@@ -27,11 +27,25 @@ RECIPES = {
 }
 
 
+def _record_trainers(seen):
+    from rlvr.trainer.trainer import Trainer
+
+    original = Trainer.train
+
+    def train(self):
+        seen.append(self)
+        return original(self)
+
+    Trainer.train = train
+
+
 def main():
     model_dir, root = Path(sys.argv[1]), Path(sys.argv[2])
     only = sys.argv[3].split(",") if len(sys.argv) > 3 else list(RECIPES)
     env = init_distributed("cpu")
     logged = {}
+    trainers = []
+    _record_trainers(trainers)
     try:
         for name in only:
             out = root / name
@@ -39,6 +53,9 @@ def main():
             args = build_parser().parse_args(["train", "--config", recipe, *tiny_run_args(model_dir, out), *RECIPES[name]])
             cfg = _load_config(args)
             _train(cfg, local_config(cfg, env.world_size), None, env)
+            tr = trainers[-1]  # every rank's prompt loader is at the same place (also after dynamic sampling)
+            states = tr.dp.gather(tr.loader.state_dict())
+            assert all(st == states[0] for st in states), (name, states)
             if env.rank == 0:
                 rows = metric_rows(out)
                 logged[name] = [r["step"] for r in rows]

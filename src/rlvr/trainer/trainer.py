@@ -278,6 +278,10 @@ class Trainer:
             batch, cstats, self._carry = collect_generation_batch(
                 self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
             )
+        if self.world_size > 1:  # ranks that drew fewer times (dynamic sampling) skip their slices of the
+            n = int(self.dp.max([self._draw_count])[0])  # others' draws: every rank's loader stays identical
+            for _ in range(n - self._draw_count):
+                self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
