@@ -1,8 +1,8 @@
-"""``python -m rlvr`` — the command line (so that ``torchrun --nproc_per_node N -m rlvr train ...`` works)."""
+"""``python -m rlvr``: the same as the ``rlvr`` command (and what ``torchrun --nproc_per_node N -m rlvr
+train ...`` runs on every rank)."""
 
 import sys
 
 from rlvr.cli import main
 
-if __name__ == "__main__":
-    sys.exit(main())
+sys.exit(main())
