@@ -491,8 +491,10 @@ class Trainer:
                     m["perf/peak_memory_mb"] = peak_memory_mb()
                     m["generation/round"] = float(self.generation_round)
                     t_step = time.perf_counter()
-                    last = self._after_step(m)
-                    self.summary.observe(last)
+                    m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
+                    last = m
+                    self._after_step(m)
+                    self.summary.observe(m)
                     req = self._agreed_stop(stop)
                     if req is not None:  # the update in progress is finished: stop here
                         raise self._interrupted(req)
@@ -577,13 +579,18 @@ class Trainer:
         n = int(self.dp.max([len(opt_batches)])[0])
         return list(opt_batches) + [batch.select([]) for _ in range(n - len(opt_batches))]
 
-    def _after_step(self, m: dict[str, float]) -> dict[str, float]:
+    def _reduce_step_metrics(self, m: dict[str, float]) -> dict[str, float]:
+        """Under torchrun, one all-gather of every rank's row reduced by name
+        (:func:`rlvr.distributed.metrics.reduce_metric_dicts`); ``m`` itself in one process."""
+        if self.dp is None or self.world_size == 1:
+            return m
+        from rlvr.distributed.metrics import reduce_metric_dicts
+
+        return reduce_metric_dicts(self.dp.gather(m), loss_is_partial=self.cfg.loss_norm_scope == "global")
+
+    def _after_step(self, m: dict[str, float]) -> None:
         cfg, logger = self.cfg, self._logger
         assert logger is not None
-        if self.dp is not None and self.world_size > 1:  # every rank, every step: one all-gather of the rows
-            from rlvr.distributed.metrics import reduce_metric_dicts
-
-            m = reduce_metric_dicts(self.dp.gather(m), loss_is_partial=cfg.loss_norm_scope == "global")
         if self.global_step % cfg.logging.logging_steps == 0 or self.global_step == cfg.max_steps:
             logger.log(self.global_step, m)
         every = cfg.logging.log_completions_steps
@@ -600,7 +607,6 @@ class Trainer:
             )
         if cfg.save_steps and self.global_step % cfg.save_steps == 0:
             self.save(self.output_dir / f"checkpoint-{self.global_step}")
-        return m
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
