@@ -80,7 +80,7 @@ def worker(args: argparse.Namespace) -> None:
     tr.callbacks.append(lambda t, m: rows.append(dict(m)))
     tr.train()
     opt_state = [v for s in tr.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
-    gen = getattr(tr.weight_sync, "target", None)
+    gen = getattr(tr.generation_sync, "target", None)
     mem = {
         "param_bytes": _bytes(p for p in tr.model.parameters()),
         "optimizer_state_bytes": _bytes(opt_state),

@@ -125,16 +125,16 @@ def check_weight_sync(env, out):
     cfg = small_config(out, "reward_timeout_s=0", "logging.tensorboard=false")
     dp = DataParallel(env, fsdp=True, pad_token_id=tok.pad_token_id)
     tr = Trainer(cfg, model, tok, ToyTask(), dp=dp)
-    before = {k: v.clone() for k, v in tr.weight_sync.target.state_dict().items()}
+    before = {k: v.clone() for k, v in tr.generation_sync.target.state_dict().items()}
     tr.train()
     tr.sync_weights()
     full = dict(full_named_tensors(tr.model))
-    gen = tr.weight_sync.target.state_dict()
+    gen = tr.generation_sync.target.state_dict()
     equal = all(torch.equal(gen[k], full[k]) for k in full)
     changed = any(not torch.equal(before[k], gen[k]) for k in gen)
     sums = dp.gather([float(v.double().sum()) for v in gen.values()])
     return {"equal": equal, "changed": changed, "same_on_all_ranks": all(s == sums[0] for s in sums),
-            "version": [tr.weight_version, tr.weight_sync.version], "engine_is_copy": tr.engine.model is not tr.model}
+            "version": [tr.weight_version, tr.generation_sync.version], "engine_is_copy": tr.engine.model is not tr.model}
 
 
 if __name__ == "__main__":

@@ -148,8 +148,8 @@ def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
     trainer.num_tokens = int(state["num_tokens"])
     trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
     trainer.weight_version = int(state.get("weight_version", trainer.global_step))
-    if getattr(trainer, "weight_sync", None) is not None:
-        trainer.weight_sync.version = -1  # the engine's copy predates the loaded weights
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1  # the engine's copy predates the loaded weights
     trainer.loader.load_state_dict(state["loader"])
     old_world = int(state.get("world_size", 1))
     same = old_world == trainer.world_size

@@ -24,6 +24,8 @@ from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import IdleRunError, RlvrError
+from rlvr.loggers import build_trackers, check_report_to
+from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -107,7 +109,9 @@ class Trainer:
         model: the policy (trained in place), its weights in the ``param_dtype`` of ``cfg.model.dtype``'s
             precision policy (float32 unless ``bf16-pure``); the policy is attached to it
             (:func:`apply_precision`): forwards autocast under ``bf16`` and the default engine decodes
-            with bf16 weights.
+            with bf16 weights. With ``model.lora.r > 0`` a plain model is wrapped with peft LoRA
+            adapters here (only they train; ``self.model`` is then the ``PeftModel``); a model that
+            already is a ``PeftModel`` is used as it is.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
@@ -117,7 +121,9 @@ class Trainer:
             trainer then keeps them.
         schedule: which optimizer batches each generation batch feeds; defaults to
             ``SCHEDULES[cfg.schedule]``.
-        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
+        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``. With
+            LoRA (``model.lora.r > 0``) no copy is made: the reference is the same model with its
+            adapters disabled (:func:`rlvr.lora.reference_policy`).
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
         dp: this rank's :class:`rlvr.distributed.DataParallel` under ``torchrun`` (None: one process).
@@ -144,14 +150,22 @@ class Trainer:
         dp: Any = None,
         run_config: RLConfig | None = None,
     ) -> None:
+        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
         self.run_config = run_config or cfg
         self.dp = dp
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
-        if cfg.beta > 0 and ref_model is None:
-            ref_model = copy.deepcopy(model)
+        lora = cfg.model.lora.r > 0 or is_peft_model(model)
+        if lora and self.world_size > 1:
+            raise RlvrError("LoRA (model.lora.r > 0) under torchrun is not supported yet: run it in one process")
+        if cfg.model.lora.r > 0 and not is_peft_model(model):
+            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
+            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
+            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
         gen_model, sharded = model, False
         if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
             from rlvr.distributed.setup import prepare_models
@@ -159,25 +173,30 @@ class Trainer:
             prepared = prepare_models(model, ref_model, cfg, dp.env)
             model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         self.model = model
+        self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
-        if engine is None:
+        if engine is None and lora:
+            engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
+                                                   precision=self.precision)
+        elif engine is None:
             from rlvr.engines.hf import HFEngine
 
             engine = HFEngine(gen_model, tokenizer)
         self.engine = engine
-        # generation weights: a version counter and one sync point (rlvr.distributed.weights.WeightSync);
-        # an engine with its own `weight_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none
+        # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
+        # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
+        # (`weight_sync` above is LoRA's pull-style callable for its merged copy.)
         self.weight_version = 0
-        self.weight_sync = getattr(engine, "weight_sync", None)
+        self.generation_sync = getattr(engine, "generation_sync", None)
         self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
-        if self.weight_sync is None and sharded and not self._gather_for_generation:
+        if self.generation_sync is None and sharded and not self._gather_for_generation:
             from rlvr.distributed.weights import ModuleCopySync
 
-            self.weight_sync = ModuleCopySync(gen_model)
+            self.generation_sync = ModuleCopySync(gen_model)
         validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
@@ -200,7 +219,7 @@ class Trainer:
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
-        if cfg.beta > 0:
+        if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
@@ -255,7 +274,7 @@ class Trainer:
     def sync_weights(self) -> None:
         """Push the trained weights to the generation engine when it is behind ``weight_version``
         (every rank; a collective when the policy is sharded)."""
-        ws = self.weight_sync
+        ws = self.generation_sync
         if ws is not None and ws.version != self.weight_version:
             from rlvr.distributed.weights import full_named_tensors
 
@@ -276,6 +295,8 @@ class Trainer:
         self._draw_count = 0
         score_time = 0.0
         timeouts_before = getattr(self.scorer, "timeouts_total", 0)
+        if self.weight_sync is not None:  # the engine samples from a separate copy (e.g. merged LoRA weights)
+            self.weight_sync(self.global_step)
 
         def score(b: RolloutBatch):
             nonlocal score_time
@@ -313,9 +334,10 @@ class Trainer:
             timings["timing/old_logprob_s"] = time.perf_counter() - t
         if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler":
             batch.old_logp = batch.sampler_logp
-        if self.ref_model is not None:
+        if self.ref_model is not None or self._ref_is_base:
             t = time.perf_counter()
-            batch.ref_logp = self._logprobs(self.ref_model, batch)
+            with (reference_policy(self.model) if self._ref_is_base else contextlib.nullcontext(self.ref_model)) as ref:
+                batch.ref_logp = self._logprobs(ref, batch)
             timings["timing/ref_logprob_s"] = time.perf_counter() - t
             if cfg.kl_in_reward:
                 from rlvr.core.kl import kl_penalty
@@ -433,9 +455,11 @@ class Trainer:
         """
         cfg = self.cfg
         if self.rank == 0:
+            trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
+                                      cfg.logging, resume=self.global_step > 0)
             logger = RunLogger(
-                self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
-                progress=cfg.logging.progress,
+                self.output_dir, cfg.max_steps, start_step=self.global_step,
+                tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
             )
         else:  # one writer per job: rank 0 logs the reduced metrics
             logger = NullLogger()
