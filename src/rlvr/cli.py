@@ -191,7 +191,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     """
     cfg = _load_config(args)
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
-    out = _prepare_output_dir(cfg, args)
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
     from rlvr.trainer.checkpoint import load_checkpoint
@@ -200,6 +199,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     task = build_task(cfg.task)
     task.problems("train")  # surface data errors before the model loads
+    out = _prepare_output_dir(cfg, args)  # after the data check: --overwrite deletes nothing on a data error
     model, tokenizer = load_policy(cfg.model)
     (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
     trainer = Trainer(cfg, model, tokenizer, task)

@@ -182,7 +182,8 @@ class Trainer:
         self.pending_round: dict[str, Any] | None = None
         self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
-        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote (for the summary)
+        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
+        self.final_dir: Path | None = None  # the exported model folder (final/), once written
         self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
 
@@ -429,7 +430,8 @@ class Trainer:
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
             self.summary.update_counts(self)
-            print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
+            print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
+                  file=sys.stderr, flush=True)
         return last
 
     def _interrupted(self, signum: int) -> RunInterrupted:
@@ -486,7 +488,10 @@ class Trainer:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
         ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``."""
         out = save_checkpoint(self, path, hf_folder=hf_folder)
-        self.last_checkpoint = out
+        if hf_folder:
+            self.final_dir = out
+        else:
+            self.last_checkpoint = out
         if not hf_folder and out.parent == self.output_dir:
             rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
         return out
