@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
 from rlvr.trainer.run_dir import apply_umask, find_resumable
 
 STATE_FILE = "trainer_state.json"
@@ -163,9 +164,11 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     stage = "model.safetensors"  # the file being written, for the error message
     try:
-        trainer.model.save_pretrained(tmp, safe_serialization=True)
+        trainer.model.save_pretrained(tmp, safe_serialization=True)  # a PeftModel writes its adapter only
         stage = "tokenizer files"
         trainer.tokenizer.save_pretrained(tmp)
+        if is_peft_model(trainer.model):
+            write_base_model_spec(trainer.model, tmp)
         if not hf_folder:
             stage = "optimizer.pt"
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
@@ -180,7 +183,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
-                "config": trainer.cfg.model_dump(mode="json"),
+                "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
                 "data": data_fingerprint(trainer.cfg.task),
             }
             state.update(_save_round_state(trainer, tmp))
@@ -230,16 +233,28 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     """
     from safetensors.torch import load_file
 
+    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
+
     path = Path(path)
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
-    weights: dict[str, torch.Tensor] = {}
-    for f in sorted(path.glob("model*.safetensors")):
-        weights.update(load_file(str(f)))
-    missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
-    if missing or unexpected:
-        raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if is_distributed_checkpoint(path):  # written under torchrun: DCP, loadable onto any world size
+        return load_distributed(trainer, path)
+    if getattr(trainer, "world_size", 1) > 1:
+        raise RuntimeError(
+            f"{path} was written by a single-process run; resuming it under torchrun is not supported "
+            "(resume it with plain `rlvr train --resume`, or start the job from its model folder)"
+        )
+    if is_peft_model(trainer.model):
+        load_adapter_weights(trainer.model, path)  # LoRA: the base is unchanged, only adapters were saved
+    else:
+        weights: dict[str, torch.Tensor] = {}
+        for f in sorted(path.glob("model*.safetensors")):
+            weights.update(load_file(str(f)))
+        missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
+        missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
+        if missing or unexpected:
+            raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     state = json.loads((path / STATE_FILE).read_text())
