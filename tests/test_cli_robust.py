@@ -115,20 +115,26 @@ def test_malformed_compare_spec_exits_2(tmp_path, capsys, spec, needle):
     assert needle in capsys.readouterr().err
 
 
-def test_output_dir_that_is_a_file_or_unwritable(tmp_path, capsys):
+def test_output_dir_that_is_a_file_or_unwritable(tmp_path, capsys, monkeypatch):
+    import errno
+    from pathlib import Path
+
     f = tmp_path / "afile"
     f.write_text("x")
     assert cli.main(["train", *TINY, f"logging.output_dir={f}"]) == 2
     assert "is a file" in capsys.readouterr().err
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    try:
-        if not __import__("os").access(ro, __import__("os").W_OK):  # root ignores permissions
-            assert cli.main(["train", *TINY, f"logging.output_dir={ro / 'run'}"]) == 2
-            assert "not writable" in capsys.readouterr().err
-    finally:
-        ro.chmod(0o755)
+
+    def read_only(self, data):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", read_only)  # the probe write of a read-only mount
+    assert cli.main(["train", *TINY, f"logging.output_dir={tmp_path / 'ro'}"]) == 2
+    assert f"logging.output_dir='{tmp_path / 'ro'}' is not writable: Read-only file system" in capsys.readouterr().err
+
+
+def test_a_folder_as_task_path_exits_2(tmp_path, capsys):
+    assert cli.main(["train", *TINY, "task.type=jsonl", f"task.path={tmp_path}"]) == 2
+    assert "is a directory" in capsys.readouterr().err
 
 
 def test_unwritable_eval_out_is_refused_before_generating(tmp_path, capsys):

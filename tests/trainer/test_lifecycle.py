@@ -120,5 +120,22 @@ def test_every_run_ends_with_a_summary(tmp_path, tiny, capsys):
     assert "rlvr: run finished: 2 steps (1 -> 2)" in err
     assert "reward/mean 0.000 -> 0.000" in err
     assert "verifier: 16 calls, 16 errors, 0 timeouts (100% failed)" in err
-    assert f"checkpoint: {tmp_path / 'final'}" in err
+    assert f"model: {tmp_path / 'final'}" in err and "checkpoint: none written" in err
     assert tr.summary.failed_fraction == 1.0
+
+
+def test_disk_full_while_saving_names_the_file_and_leaves_nothing_half_written(tmp_path, tiny, monkeypatch):
+    import errno
+
+    import rlvr.trainer.checkpoint as ckpt_mod
+    from rlvr.trainer.checkpoint import CheckpointWriteError
+
+    tr = _trainer(tmp_path, tiny, "max_steps=1")
+
+    def full(obj, f, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", full)
+    with pytest.raises(CheckpointWriteError, match=r"checkpoint-1 \(optimizer\.pt\): No space left on device"):
+        tr.save(tmp_path / "checkpoint-1")
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is gone

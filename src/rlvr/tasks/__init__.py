@@ -83,6 +83,8 @@ def validate_task_config(cfg: TaskConfig) -> None:
     elif cfg.type == "jsonl":
         for key in ("path", "eval_path"):
             value = getattr(cfg, key)
+            if value is not None and Path(value).is_dir():
+                raise ConfigError(f"task.{key}: {value!r} is a directory (expected a .jsonl file)")
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"task.{key}: file {value!r} not found")
     elif cfg.type == "hf_dataset":

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.errors import RlvrError
 from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
 from rlvr.trainer.run_dir import apply_umask, find_resumable
 
@@ -152,18 +153,28 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
 
     Returns:
         the final path.
+
+    Raises:
+        CheckpointWriteError: the disk is full or not writable; names the file being written. The
+            temporary folder is removed, so nothing half-written is left (an older checkpoint at
+            ``path`` stays as it was).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    stage = "model.safetensors"  # the file being written, for the error message
     try:
         trainer.model.save_pretrained(tmp, safe_serialization=True)  # a PeftModel writes its adapter only
+        stage = "tokenizer files"
         trainer.tokenizer.save_pretrained(tmp)
         if is_peft_model(trainer.model):
             write_base_model_spec(trainer.model, tmp)
         if not hf_folder:
+            stage = "optimizer.pt"
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+            stage = "scheduler.pt"
             torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
+            stage = f"{STATE_FILE} and the round state"
             state = {
                 "version": CHECKPOINT_VERSION,
                 "global_step": trainer.global_step,
@@ -177,6 +188,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             }
             state.update(_save_round_state(trainer, tmp))
             (tmp / STATE_FILE).write_text(json.dumps(state))
+        stage = ".complete"
         with open(tmp / ".complete", "w") as f:
             f.flush()
             os.fsync(f.fileno())
@@ -188,10 +200,20 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         os.replace(tmp, path)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(
+            f"could not write checkpoint {path} ({stage}): {exc.strerror or exc}; the partial folder was removed, "
+            f"so nothing half-written is left"
+        ) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+class CheckpointWriteError(RlvrError):
+    """A checkpoint could not be written (disk full, read-only); the message names the file. Exit code 1."""
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:

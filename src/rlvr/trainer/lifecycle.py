@@ -160,9 +160,11 @@ class RunSummary:
         """(errors + timeouts) / calls of this run; 0 when nothing was scored."""
         return (self.errors + self.timeouts) / self.calls if self.calls else 0.0
 
-    def text(self, step: int, checkpoint: Path | None, status: str) -> str:
-        """The summary block, e.g. ``rlvr: run finished: 20 steps (1 -> 20) in 3m12s | reward/mean
-        0.125 -> 0.500 | verifier: 1280 calls, 0 errors, 0 timeouts | checkpoint: runs/x/final``."""
+    def text(self, step: int, checkpoint: Path | None, status: str, *, final: Path | None = None) -> str:
+        """The summary block (one item a line): ``rlvr: run finished: 20 steps (1 -> 20) in 3m12s``,
+        ``reward/mean 0.125 -> 0.500``, ``verifier: 1280 calls, 0 errors, 0 timeouts``,
+        ``model: runs/x/final`` (when written), ``checkpoint: runs/x/checkpoint-20`` (the newest
+        resumable one, or ``none written``)."""
         wall = time.perf_counter() - self.t0
         mins, secs = divmod(int(round(wall)), 60)
         steps = step - self.start_step
@@ -173,7 +175,8 @@ class RunSummary:
             f"  reward/mean {fmt(self.reward_first)} -> {fmt(self.reward_last)}",
             f"  verifier: {self.calls} calls, {self.errors} errors, {self.timeouts} timeouts"
             + (f" ({100 * self.failed_fraction:.0f}% failed)" if self.errors or self.timeouts else ""),
-            f"  checkpoint: {checkpoint if checkpoint else 'none written'}",
+            *([f"  model: {final}"] if final else []),
+            f"  checkpoint: {checkpoint if checkpoint else 'none written (save_steps)'}",
         ]
         return "\n".join(lines)
 

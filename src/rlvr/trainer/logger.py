@@ -80,8 +80,11 @@ class RunLogger:
         """Record ``metrics`` for optimizer step ``step`` (1-based)."""
         row = {"step": step, "time": round(time.time() - self._t0, 3)}
         row.update({k: _clean(v) for k, v in sorted(metrics.items())})
-        self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
+        try:
+            self._metrics.write(json.dumps(row) + "\n")
+            self._metrics.flush()
+        except OSError as exc:  # disk full: name the file (the CLI prints it without a traceback)
+            raise OSError(exc.errno, exc.strerror, str(self.dir / "metrics.jsonl")) from exc
         if self._tb is not None:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and math.isfinite(float(v)):

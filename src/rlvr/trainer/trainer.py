@@ -245,7 +245,8 @@ class Trainer:
         self.pending_round: dict[str, Any] | None = None
         self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
-        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote (for the summary)
+        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
+        self.final_dir: Path | None = None  # the exported model folder (final/), once written
         self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
 
@@ -580,7 +581,8 @@ class Trainer:
                 self.scorer.close()
             self.summary.update_counts(self)
             if self.rank == 0:
-                print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
+                print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
+                      file=sys.stderr, flush=True)
         return last
 
     def _agreed_stop(self, stop: StopControl) -> int | None:
@@ -675,7 +677,10 @@ class Trainer:
             out = save_distributed(self, path, hf_folder=hf_folder)
         else:
             out = save_checkpoint(self, path, hf_folder=hf_folder)
-        self.last_checkpoint = out
+        if hf_folder:
+            self.final_dir = out
+        else:
+            self.last_checkpoint = out
         if not hf_folder and out.parent == self.output_dir and self.rank == 0:
             rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
         return out
