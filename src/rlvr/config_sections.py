@@ -114,6 +114,18 @@ class EvalConfig(_Strict):
     temperature: float = Field(1.0, ge=0)
     batch_size: int = Field(64, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_ks(cls, data: Any) -> Any:
+        """Unset ``ks``: those of 1, 4, 16 that ``num_samples`` allows (``eval.num_samples=4`` → [1, 4])."""
+        if isinstance(data, dict) and "ks" not in data and "num_samples" in data:
+            try:
+                n = int(data["num_samples"])
+            except (TypeError, ValueError):
+                return data  # the field validator reports it
+            data = {**data, "ks": [k for k in (1, 4, 16) if k <= n] or [1]}
+        return data
+
     @model_validator(mode="after")
     def _check_ks(self) -> "EvalConfig":
         if not self.ks:

@@ -90,6 +90,12 @@ def test_bad_eval_ks_is_a_config_error(ks, needle):
         build_config(overrides=[f"eval.ks={ks}"])
 
 
+def test_default_ks_follow_num_samples():
+    assert build_config(overrides=["eval.num_samples=4"]).eval.ks == [1, 4]
+    assert build_config(overrides=["eval.num_samples=2"]).eval.ks == [1]
+    assert build_config().eval.ks == [1, 4, 16]
+
+
 def test_progress_bar_with_eta(tiny, toy_task, capsys):
     factory, tok = tiny
     evaluate(factory(0), tok, toy_task, num_samples=1, ks=[1], max_new_tokens=2, prompts_per_batch=4, limit=8,
