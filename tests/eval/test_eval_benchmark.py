@@ -149,3 +149,14 @@ def test_eval_bad_checkpoint_fails_before_any_model_loads(tmp_path, capsys, monk
     empty.mkdir()
     assert cli.main(["eval", "task.type=jsonl", f"task.eval_path={ev}", "--checkpoint", str(empty)]) == 1
     assert "neither a model folder" in capsys.readouterr().err
+
+
+def test_eval_unwritable_out_is_a_config_error_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import rlvr.models
+
+    monkeypatch.setattr(rlvr.models, "load_policy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    ev = _gsm_file(tmp_path / "test.jsonl", 3)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert cli.main(["eval", "task.type=jsonl", f"task.eval_path={ev}", "--out", str(blocker / "e.json")]) == 2
+    assert "--out" in capsys.readouterr().err
