@@ -13,10 +13,11 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from rlvr.errors import ConfigError, DataError, ModelLoadError, RlvrError
+from rlvr.errors import ConfigError, DataError, IdleRunError, ModelLoadError, RlvrError
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
+EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoint was written)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -265,7 +266,8 @@ def _yaml(d: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for configuration errors)."""
+    """Entry point; returns the process exit code (2 for configuration errors, 3 for a run stopped
+    after ``max_idle_rounds`` rounds without an update)."""
     args = build_parser().parse_args(argv)
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -279,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataError, ModelLoadError, FileNotFoundError) as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(exc, DataError) else EXIT_RUNTIME
+    except IdleRunError as exc:
+        print(f"rlvr: stopped: {exc}", file=sys.stderr)
+        return EXIT_IDLE
     except RlvrError as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
         return EXIT_RUNTIME

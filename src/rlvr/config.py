@@ -88,6 +88,13 @@ class RLConfig(_Strict):
     overlong_buffer_len: int | None = Field(None, ge=1)
     overlong_penalty_factor: float = 1.0
     old_logprob_source: Literal["trainer", "sampler"] = "trainer"
+    # rollout/training mismatch correction (TRL's names; rlvr.core.rollout_is): off by default
+    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        "token_truncate"
+    )
+    vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0)
+    vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     # composable parts (registries in rlvr.trainer.components / rlvr.trainer.schedule)
     sampler: str = "group"
@@ -102,8 +109,9 @@ class RLConfig(_Strict):
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     max_consecutive_nonfinite: int = Field(5, ge=1)
+    max_idle_rounds: int = Field(10, ge=1)  # rounds in a row without an update → checkpoint, exit 3 (Trainer.train)
     reward_errors_fatal: bool = False
-    reward_timeout_s: float = Field(30.0, ge=0)  # per verifier call; 0 = no limit (rlvr.rewards.VerifierPool)
+    reward_timeout_s: float = Field(30.0, ge=0)  # per worker's share of a batch (one deadline, shares in parallel); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
@@ -157,6 +165,24 @@ class RLConfig(_Strict):
                 f"got {self.loss_agg_mode}",
                 stacklevel=2,
             )
+        if self.vllm_importance_sampling_correction:
+            lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(
+                    f"vllm_importance_sampling_clip_min={lo} > vllm_importance_sampling_clip_max={hi}"
+                )
+            if self.old_logprob_source == "sampler" and self.steps_per_generation * self.num_iterations > 1:
+                raise ValueError(
+                    "vllm_importance_sampling_correction with old_logprob_source=sampler: the PPO ratio is "
+                    "already taken against the engine's log-probs, so there is no trainer-side old policy to "
+                    "correct towards; use old_logprob_source=trainer"
+                )
+            if self.top_p < 1 or self.top_k > 0:
+                warnings.warn(
+                    "vllm_importance_sampling_correction with top_p<1 or top_k>0: the engine's log-probs come "
+                    "from the truncated distribution, so the correction also reweights the truncation",
+                    stacklevel=2,
+                )
         if self.old_logprob_source == "sampler" and (self.top_p < 1 or self.top_k > 0):
             warnings.warn(
                 "old_logprob_source=sampler with top_p<1 or top_k>0 biases the importance ratio: the "
@@ -216,6 +242,9 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "overlong_buffer.penalty_factor": ("overlong_penalty_factor", None),
     "data.max_response_length": ("max_completion_length", None),
     "lr": ("learning_rate", None),
+    "tis_imp_ratio_cap": ("vllm_importance_sampling_clip_max", None),
+    "rollout_is_threshold": ("vllm_importance_sampling_clip_max", None),
+    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", None),
     "steps": ("max_steps", None),
     "uec.num_explore_generations": ("uec.explore_num_generations", None),
     "mu_grpo.mu": ("steps_per_generation", None),

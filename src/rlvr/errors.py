@@ -15,3 +15,8 @@ class DataError(RlvrError):
 
 class ModelLoadError(RlvrError):
     """A model or tokenizer could not be found or loaded."""
+
+
+class IdleRunError(RlvrError):
+    """A run stopped because ``max_idle_rounds`` generation rounds in a row gave no trainable update
+    (a checkpoint was written first). The CLI exits with code 3."""

@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import yaml
 
-from rlvr.errors import ConfigError, RlvrError
+from rlvr.errors import ConfigError, IdleRunError, RlvrError
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (smooth re-exported for report.py)
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
@@ -385,6 +385,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         trainer.train()
     except BudgetExhausted as exc:
         stop = f"budget: {exc}"
+    except IdleRunError:  # the trainer's own guard (max_idle_rounds): a stalled arm, not a failed one
+        stop = f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
     finally:
         curve_f.close()
     wall = time.perf_counter() - t0

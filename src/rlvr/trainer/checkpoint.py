@@ -34,7 +34,7 @@ import torch
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds")
 """Config keys (and sections) that may change between a run and its resumption."""
 
 

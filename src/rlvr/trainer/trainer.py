@@ -20,13 +20,15 @@ from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
-from rlvr.errors import RlvrError
+from rlvr.errors import IdleRunError, RlvrError
+from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
+from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
@@ -38,6 +40,28 @@ from rlvr.types import RolloutBatch, SamplingParams
 
 class TrainingError(RlvrError):
     """Training cannot continue (e.g. too many consecutive non-finite updates)."""
+
+
+def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
+    """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
+    every forward of it and to the default engine; :mod:`rlvr.precision`).
+
+    Raises:
+        RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
+            ``bf16-pure`` for an fp32 model, or ``bf16``/``fp32`` — fp32 master weights — for a bf16 one);
+            the message says how to load it.
+    """
+    param = next((p for p in model.parameters() if p.is_floating_point()), None)
+    policy = resolve_precision(requested, param.device if param is not None else "cpu")
+    if param is not None and param.dtype != policy.param_dtype:
+        raise RlvrError(
+            f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
+            f"{str(policy.param_dtype).removeprefix('torch.')}, but the model's are "
+            f"{str(param.dtype).removeprefix('torch.')}: load it with rlvr.models.load_policy(cfg.model) or "
+            f"convert it first (model.to({policy.param_dtype}))"
+        )
+    set_model_precision(model, policy)
+    return policy
 
 
 def seed_everything(seed: int) -> None:
@@ -62,6 +86,9 @@ def loss_settings(cfg: RLConfig) -> LossSettings:
         kl_is_correction=cfg.kl_is_correction,
         entropy_coef=cfg.entropy_coef,
         policy_loss=cfg.policy_loss,
+        rollout_is_mode=cfg.vllm_importance_sampling_mode if cfg.vllm_importance_sampling_correction else None,
+        rollout_is_clip_max=cfg.vllm_importance_sampling_clip_max,
+        rollout_is_clip_min=cfg.vllm_importance_sampling_clip_min,
     )
 
 
@@ -70,7 +97,10 @@ class Trainer:
 
     Args:
         cfg: the validated run configuration.
-        model: the policy (trained in place; fp32 on CPU).
+        model: the policy (trained in place), its weights in the ``param_dtype`` of ``cfg.model.dtype``'s
+            precision policy (float32 unless ``bf16-pure``); the policy is attached to it
+            (:func:`apply_precision`): forwards autocast under ``bf16`` and the default engine decodes
+            with bf16 weights.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
@@ -106,6 +136,7 @@ class Trainer:
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.precision = apply_precision(model, cfg.model.dtype)
         if engine is None:
             from rlvr.engines.hf import HFEngine
 
@@ -136,6 +167,8 @@ class Trainer:
         self.generation_round = 0
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
         self._draw_count = 0
         self._carry: list[RolloutBatch] = []
         # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
@@ -198,6 +231,7 @@ class Trainer:
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
+        self._round_signal = RoundSignal.of(cstats.raw_batches)
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
@@ -295,6 +329,9 @@ class Trainer:
         Raises:
             TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
                 gradient (a checkpoint is written first).
+            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update and no trainable
+                row (dynamic sampling exhausted, every row filtered out); a checkpoint is written first
+                and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
         logger = RunLogger(
@@ -307,6 +344,7 @@ class Trainer:
         try:
             while self.global_step < cfg.max_steps:
                 t_step = time.perf_counter()
+                self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
@@ -317,6 +355,7 @@ class Trainer:
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
                 self.pending_round["num_opt_batches"] = len(opt_batches)
+                step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
                     if i < start:
                         continue
@@ -336,8 +375,14 @@ class Trainer:
                     t_step = time.perf_counter()
                     last = m
                     self._after_step(m)
+                # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
+                # update, e.g. UEC-RL's pending buffer, are progress)
+                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
+                    path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+                    raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
-                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
+                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping "
+                                   f"({self.idle.rounds}/{cfg.max_idle_rounds} idle rounds before the run stops)")
         finally:
             logger.close()
             if hasattr(self.scorer, "close"):
