@@ -311,6 +311,7 @@ class Scorer:
         self.num_workers = int(num_workers)
         self.timeouts_total = 0
         self.errors_total = 0
+        self.calls_total = 0  # completions scored (the run summary's denominator for failed calls)
         self._pool: VerifierPool | None = None
         self._use_pool = self.timeout_s > 0 or self.num_workers > 1
         if self._use_pool:
@@ -410,6 +411,7 @@ class Scorer:
                 feedback.append(f)
         self.errors_total += stats.errors
         self.timeouts_total += stats.timeouts
+        self.calls_total += len(texts)
         batch.texts = texts
         batch.rewards = torch.tensor(scores, dtype=torch.float32)
         batch.correct = torch.tensor(correct, dtype=torch.bool)

@@ -163,6 +163,9 @@ class CompareSpec:
             raise ConfigError(f"compare arm names must be distinct, got {names}")
         if not self.seeds:
             raise ConfigError("compare needs at least one seed")
+        if not self.eval_ks or any(not 1 <= k <= self.eval_num_samples for k in self.eval_ks):
+            raise ConfigError(f"compare eval.ks={self.eval_ks}: every k must be between 1 and eval.num_samples="
+                              f"{self.eval_num_samples}")
         if self.eval_baseline and BASELINE in names:
             raise ConfigError(f"compare arm name {BASELINE!r} is reserved for the untrained policy (eval.baseline)")
 

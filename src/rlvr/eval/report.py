@@ -37,7 +37,7 @@ class ModelSpec:
 
 
 def _is_model_folder(p: Path) -> bool:
-    return (p / "config.json").is_file()
+    return (p / "config.json").is_file() or (p / "adapter_config.json").is_file()  # HF model or LoRA adapter
 
 
 def run_checkpoints(run_dir: Path) -> list[ModelSpec]:
