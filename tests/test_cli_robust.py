@@ -145,12 +145,12 @@ def test_unwritable_eval_out_is_refused_before_generating(tmp_path, capsys):
 
 
 def test_eval_results_go_to_stdout_when_the_file_cannot_be_written(tmp_path, capsys, monkeypatch):
-    import rlvr.eval.evaluate
+    import rlvr.eval.report
 
-    def fail(result, path):
+    def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(rlvr.eval.evaluate, "write_eval", fail)
+    monkeypatch.setattr(rlvr.eval.report, "write_report", fail)
     assert cli.main(["eval", *TINY, "--out", str(tmp_path / "e.json"), "--limit", "2"]) == 1
     out, err = capsys.readouterr()
     assert "No space left on device" in err and "printed above" in err

@@ -57,6 +57,8 @@ def test_the_readme_has_commands():
 def test_every_readme_command_runs_on_the_tiny_model(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Path("my_overrides.yaml").write_text("learning_rate: 2.0e-5\n")  # the README's "your own overrides" file
+    Path("gsm8k_test.jsonl").write_text("".join(  # the README's "your copy of the GSM8K test split"
+        f'{{"question": "What is {i} + {i}?", "answer": "#### {2 * i}"}}\n' for i in range(3)))
     for cmd in _commands():
         if not cmd.startswith("rlvr "):
             continue

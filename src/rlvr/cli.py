@@ -48,13 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true",
                    help="the output dir holds an earlier run: delete its training files (metrics, checkpoints, "
                         "final/, tb/, config.yaml; nothing else) and start over")
-    e = sub.add_parser("eval", help="pass@k and mean reward on the held-out split")
+    e = sub.add_parser("eval", help="pass@k, maj@k and mean reward (with 95%% intervals) on the held-out split")
     _common(e)
-    e.add_argument("--checkpoint", help="model folder or LoRA adapter folder (e.g. RUN_DIR/final) to evaluate "
-                   "(default: the config's model)")
-    e.add_argument("--tag", default="eval", help="result file name: OUTPUT_DIR/eval_<tag>.json")
-    e.add_argument("--out", help="explicit JSON output path")
-    e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems (N >= 1)")
+    e.add_argument("--checkpoint", action="append", default=[], metavar="MODEL|RUN_DIR|base",
+                   help="model folder or LoRA adapter folder to evaluate; a run directory means its checkpoint-N/ (by step) and final/; "
+                        "'base' is the config's model; repeatable: one table row per model (default: the config's model)")
+    e.add_argument("--tag", default="eval", help="result file names: OUTPUT_DIR/eval_<tag>.{json,md,samples.jsonl}")
+    e.add_argument("--out", help="explicit JSON output path (the .md table and .samples.jsonl go next to it)")
+    e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems of the eval split (N >= 1)")
     ex = sub.add_parser("export", help="write a LoRA adapter folder merged into its base as a Hugging Face folder")
     ex.add_argument("folder", help="a LoRA run's final/ or checkpoint-N/ (peft adapter format)")
     ex.add_argument("--merge", action="store_true", required=True,
@@ -298,40 +299,75 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``rlvr eval``: pass@k on the held-out split, written as JSON (printed whole to stdout instead
-    when the file cannot be written, so the results are not lost; exit 1 then)."""
+    """``rlvr eval``: pass@k, maj@k and mean reward of one or more models, as JSON + Markdown + JSONL.
+
+    Everything cheap is checked before any model loads: the config, the task's data, the
+    ``--checkpoint`` values and that the output files can be written. When the report cannot be
+    written after all, the results are printed whole to stdout instead (exit 1), so they are not lost.
+    """
     cfg = _load_config(args)
-    from rlvr.eval.evaluate import evaluate, write_eval
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.eval.report import SamplesWriter, resolve_models, summary_row, write_report
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
 
     path = _check_eval_output(args, cfg)
     task = build_task(cfg.task)
     task.problems("eval")
-    if args.checkpoint:
-        from rlvr.lora import load_checkpoint_policy
-
-        model, tokenizer = load_checkpoint_policy(cfg.model, args.checkpoint)  # a model folder or a LoRA adapter
-    else:
-        model, tokenizer = load_policy(cfg.model)
-    e = cfg.eval
-    result = evaluate(
-        model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature, top_p=cfg.top_p,
-        max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
-        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // e.num_samples),
-        seed=cfg.seed, limit=args.limit,
-    )
-    result["model"] = args.checkpoint or cfg.model.name_or_path
+    specs = resolve_models(args.checkpoint)
+    json_path = path
+    stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
+    md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
     try:
-        write_eval(result, path)
+        writer = SamplesWriter(samples_path)
     except OSError as exc:
-        print(json.dumps(result, indent=2, default=str))
-        print(f"rlvr: could not write {path} ({exc.strerror or exc}); the full results are printed above",
-              file=sys.stderr)
-        return EXIT_RUNTIME
-    summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if k != "per_problem"}
-    print(json.dumps(summary, indent=2))
-    print(f"rlvr: wrote {path}", file=sys.stderr)
+        raise ConfigError(f"--out {json_path}: cannot write the evaluation files there ({exc})") from None
+    e = cfg.eval
+    n_draw = 1 if e.temperature == 0 else e.num_samples
+    if e.temperature == 0 and (e.num_samples > 1 or max(e.ks) > 1):
+        print(f"rlvr: eval.temperature=0 is greedy decoding: 1 sample per problem (not eval.num_samples="
+              f"{e.num_samples}); reporting k=1 only", file=sys.stderr)
+    rows, results = [], []
+    try:
+        for spec in specs:
+            if spec.path is not None:
+                from rlvr.lora import load_checkpoint_policy
+
+                model, tokenizer = load_checkpoint_policy(cfg.model, spec.path)  # a model folder or a LoRA adapter
+            else:
+                model, tokenizer = load_policy(cfg.model)
+            writer.model = spec.label
+            result = evaluate(
+                model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
+                top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
+                system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // n_draw),
+                seed=cfg.seed, limit=args.limit, progress=cfg.logging.progress, label=spec.label, on_problem=writer,
+            )
+            result["model"] = spec.path or cfg.model.name_or_path
+            del model
+            rows.append(summary_row(result, spec))
+            results.append(result)
+            try:
+                write_report(rows, json_path, md_path, single=results[0] if len(specs) == 1 else None)
+            except OSError as exc:
+                lost = {**results[0], "rows": rows} if len(specs) == 1 else {"rows": rows, "results": results}
+                print(json.dumps(lost, indent=2, default=str))
+                print(f"rlvr: could not write {json_path} ({exc.strerror or exc}); the full results are printed "
+                      "above", file=sys.stderr)
+                return EXIT_RUNTIME
+            r = rows[-1]
+            shown = ", ".join(f"{m}={r[m]:.4f} [{r[f'ci95/{m}'][0]:.3f}, {r[f'ci95/{m}'][1]:.3f}]"
+                              for m in (f"pass@{k}" for k in r["ks"]) if m in r)
+            print(f"rlvr: {spec.label}: {r['problems']} problems x {r['num_samples']} sample(s): {shown}",
+                  file=sys.stderr)
+    finally:
+        writer.close()
+    if len(specs) == 1:
+        summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in results[0].items() if k != "per_problem"}
+        print(json.dumps(summary, indent=2))
+    else:
+        print(md_path.read_text())
+    print(f"rlvr: wrote {json_path}, {md_path} and {samples_path}", file=sys.stderr)
     return 0
 
 

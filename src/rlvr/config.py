@@ -9,12 +9,13 @@ key path and what was expected — before any model is loaded.
 from __future__ import annotations
 
 import difflib
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 # The sections live in rlvr.config_sections; rlvr.config stays their public home (re-exported).
 from rlvr.config_sections import (
@@ -50,7 +51,7 @@ class RLConfig(_Strict):
     num_iterations: int = Field(1, ge=1)
     per_device_train_batch_size: int = Field(8, ge=1)
     # sampling
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = 1.0  # > 0: checked by _check_training_temperature (0 = greedy is eval-only)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_prompt_length: int = Field(512, ge=1)
@@ -121,6 +122,20 @@ class RLConfig(_Strict):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @field_validator("temperature")
+    @classmethod
+    def _check_training_temperature(cls, v: float) -> float:
+        if v == 0:
+            raise ValueError(
+                "temperature=0 (greedy decoding) cannot be used for training: GRPO needs sampled groups, and G "
+                "greedy completions of a prompt are identical, so every reward in the group is equal and every "
+                "advantage is 0 (no learning signal). Use temperature > 0 for training; greedy is for evaluation: "
+                "eval.temperature=0"
+            )
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"temperature must be a finite number > 0, got {v}")
+        return v
 
     @model_validator(mode="before")
     @classmethod

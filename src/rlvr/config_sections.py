@@ -12,6 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+DEFAULT_EVAL_SIZE = 100
+"""Eval problems generated (reasoning-gym, testbed) or held out of ``task.path`` when ``task.eval_size`` is unset."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
@@ -106,7 +110,13 @@ class ModelConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    """Where prompts come from and how completions are verified (``rlvr.tasks``)."""
+    """Where prompts come from and how completions are verified (``rlvr.tasks``).
+
+    ``eval_size``: for an eval split read from a file or dataset split (``eval_path``,
+    ``eval_split``), ``None`` (default) keeps every row in file order and N keeps the first N; for a
+    split held out of ``path`` or generated (reasoning-gym, testbed) it is the split's size,
+    ``None`` meaning :data:`DEFAULT_EVAL_SIZE`.
+    """
 
     type: Literal["reasoning_gym", "jsonl", "hf_dataset", "testbed"] = "reasoning_gym"
     name: str = "chain_sum"
@@ -119,13 +129,18 @@ class TaskConfig(_Strict):
     question_field: str = "question"
     answer_field: str = "answer"
     train_size: int = Field(1000, ge=1)
-    eval_size: int = Field(100, ge=1)
+    eval_size: int | None = Field(None, ge=1)
     seed: int = 0
     eval_seed: int = 10_000
     system_prompt: str | None = None
     reward_fn: str | None = None
     feedback_hint: bool = False
     correct_threshold: float = 1.0
+
+    @property
+    def eval_size_or_default(self) -> int:
+        """``eval_size``, or :data:`DEFAULT_EVAL_SIZE` when unset (generated and held-out splits)."""
+        return self.eval_size if self.eval_size is not None else DEFAULT_EVAL_SIZE
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -134,8 +149,9 @@ class TaskConfig(_Strict):
                 f"task.seed and task.eval_seed are both {self.seed}: train and eval splits must use "
                 "different seeds so they stay disjoint"
             )
-        if self.type == "jsonl" and not self.path:
-            raise ValueError("task.path is required when task.type=jsonl (a JSONL file with question/answer)")
+        if self.type == "jsonl" and not self.path and not self.eval_path:
+            raise ValueError("task.path is required when task.type=jsonl (a JSONL file with question/answer); "
+                             "for evaluation only, task.eval_path alone is enough")
         if self.reward_fn is not None and ":" not in self.reward_fn:
             raise ValueError(f"task.reward_fn must look like 'module:function', got {self.reward_fn!r}")
         return self
@@ -221,20 +237,41 @@ class DistributedConfig(_Strict):
 
 
 class EvalConfig(_Strict):
-    """Held-out evaluation (``rlvr eval``)."""
+    """Held-out evaluation (``rlvr eval``, ``docs/evaluation.md``).
+
+    ``num_samples`` completions per problem at ``temperature`` (0 = greedy: one completion per
+    problem, since more would be identical, and only k = 1 is reported); ``ks``: the k of pass@k and
+    maj@k, each in ``[1, num_samples]``; ``batch_size``: sequences decoded together.
+    """
 
     num_samples: int = Field(16, ge=1)
     ks: list[int] = Field(default_factory=lambda: [1, 4, 16])
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=0)
     batch_size: int = Field(64, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_ks(cls, data: Any) -> Any:
+        """Unset ``ks``: those of 1, 4, 16 that ``num_samples`` allows (``eval.num_samples=4`` → [1, 4])."""
+        if isinstance(data, dict) and "ks" not in data and "num_samples" in data:
+            try:
+                n = int(data["num_samples"])
+            except (TypeError, ValueError):
+                return data  # the field validator reports it
+            data = {**data, "ks": [k for k in (1, 4, 16) if k <= n] or [1]}
+        return data
 
     @model_validator(mode="after")
     def _check_ks(self) -> "EvalConfig":
-        bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
-        if bad or not self.ks:
+        if not self.ks:
+            raise ValueError("eval.ks must list at least one k (e.g. [1])")
+        bad = [k for k in self.ks if k < 1]
+        if bad:
+            raise ValueError(f"eval.ks={self.ks}: every k must be >= 1 (got {bad})")
+        if self.temperature > 0 and max(self.ks) > self.num_samples:
             raise ValueError(
-                f"eval.ks={self.ks}: every k must be between 1 and eval.num_samples={self.num_samples} "
-                "(pass@k needs at least k samples per problem)"
+                f"eval.ks={self.ks} has k={max(self.ks)} > eval.num_samples={self.num_samples}: pass@k and maj@k "
+                f"need at least k samples per problem (raise eval.num_samples or drop that k)"
             )
         return self
 

@@ -363,13 +363,26 @@ class Scorer:
 
     def verify_one(self, problem: Any, text: str, stats: ScoreStats) -> tuple[float, bool, str | None]:
         """Score one completion; a failing verifier gives ``(0.0, False, None)`` and is counted."""
+        verdict = self.judge_one(problem, text, stats)
+        if verdict is None:
+            return 0.0, False, None
+        return float(verdict.score), bool(verdict.correct), verdict.feedback
+
+    def judge_one(self, problem: Any, text: str, stats: ScoreStats) -> Any:
+        """The verifier's whole :class:`~rlvr.tasks.base.Verdict` of one completion (in-process; the
+        evaluator needs its ``extracted`` answer), or None when the verifier raised or returned a
+        non-finite score — counted in ``stats`` and warned about once, as in :meth:`verify_one`.
+
+        Raises:
+            Exception: the verifier's error, when ``fatal`` is set.
+        """
         stats.calls += 1
         try:
             verdict = self.task.verify(problem, text)
             score = float(verdict.score)
             if not math.isfinite(score):
                 raise ValueError(f"verifier returned a non-finite score {verdict.score!r}")
-            return score, bool(verdict.correct), verdict.feedback
+            return verdict
         except Exception as exc:  # noqa: BLE001 - a user's reward function may raise anything
             if self.fatal:
                 raise
@@ -378,9 +391,9 @@ class Scorer:
                 warnings.warn(
                     f"reward function failed ({stats.last_error}); the completion scores 0 and the run "
                     f"continues (set reward_errors_fatal=true to stop instead)\n{traceback.format_exc(limit=3)}",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-            return 0.0, False, None
+            return None
 
     def score(self, batch: RolloutBatch) -> ScoreStats:
         """Fill the batch's reward fields in place and return the counters."""

@@ -41,7 +41,8 @@ class SamplingParams:
     """How an engine samples.
 
     Attributes:
-        temperature: softmax temperature (> 0). Logits are divided by it before sampling.
+        temperature: softmax temperature (≥ 0). Logits are divided by it before sampling; 0 means
+            greedy decoding (argmax, ties to the lowest token id; see :class:`rlvr.engines.base.Engine`).
         top_p: nucleus mass kept (0 < top_p ≤ 1; 1 disables).
         top_k: number of highest-probability tokens kept (0 disables).
         max_new_tokens: hard cap on generated tokens per sequence (≥ 1).

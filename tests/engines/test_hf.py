@@ -284,8 +284,9 @@ def test_restores_training_mode_and_rejects_bad_input(tiny):
     assert not model.training
     with pytest.raises(ValueError, match="n must be"):
         eng.generate([GenerationRequest([1], n=0)], SamplingParams())
-    with pytest.raises(ValueError, match="temperature"):
-        eng.generate([GenerationRequest([1])], SamplingParams(temperature=0.0))
+    for bad in (-0.5, float("nan"), float("inf")):  # 0 is greedy (valid); negatives and non-finite are not
+        with pytest.raises(ValueError, match="temperature"):
+            eng.generate([GenerationRequest([1])], SamplingParams(temperature=bad))
     with pytest.raises(ValueError, match="top_p"):
         eng.generate([GenerationRequest([1])], SamplingParams(top_p=0.0))
     assert eng.generate([], SamplingParams()) == []
@@ -338,3 +339,41 @@ def test_per_request_cap_out_of_range_is_rejected(tiny):
     for bad in (0, 11):
         with pytest.raises(ValueError, match=r"request 0: max_new_tokens must be in \[1, 10\]"):
             eng.generate([GenerationRequest([1, 5], max_new_tokens=bad)], SamplingParams(max_new_tokens=10))
+
+
+def _argmax_decode(model, context: list[int], steps: int, eos: set[int]) -> list[int]:
+    """Hand-rolled greedy decoding: full forward over the whole sequence at each step, no cache."""
+    ids = list(context)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            tok = int(torch.argmax(logits))
+            out.append(tok)
+            ids.append(tok)
+            if tok in eos:
+                break
+    return out
+
+
+def test_temperature_zero_is_argmax_decoding(tiny, eos_bias):
+    model, tok = tiny
+    eos_bias(4.0)  # some rows end early, some run to the cap (exercises pruning under greedy)
+    eng = HFEngine(model, tok)
+    contexts = [[1, 5, 9, 12], [1, 7], [1, 30, 31, 32, 33, 34, 35], [1, 44, 45]]
+    rng_before = torch.get_rng_state()
+    params = SamplingParams(temperature=0.0, top_p=0.3, top_k=5, max_new_tokens=12)  # top-p/k ignored
+    outs = eng.generate([GenerationRequest(c, n=3) for c in contexts], params)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # greedy consumes no randomness
+    for c, gens in zip(contexts, outs):
+        want = _argmax_decode(model, c, 12, eng.eos_token_ids)
+        for g in gens:  # the n samples of a request are identical
+            assert g.token_ids == want
+            assert g.logprobs == [0.0] * len(want)
+            assert g.finish_reason == ("eos" if want[-1] in eng.eos_token_ids else "length")
+
+
+def test_greedy_ties_go_to_the_lowest_token_id():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 3.0], [5.0, 5.0, 5.0, 5.0]])
+    toks, lps = sample_from_logits(logits, temperature=0.0)
+    assert toks.tolist() == [1, 0] and lps.tolist() == [0.0, 0.0]

@@ -34,12 +34,20 @@ class Engine(Protocol):
             params: temperature, top-p, top-k, token cap and optional seed (same seed, same inputs →
                 same outputs).
 
+        Greedy contract (every engine): ``params.temperature == 0`` means greedy decoding — each
+        step takes the argmax of the model's raw next-token logits, ``top_p``/``top_k`` are
+        ignored, ties go to the lowest token id, no randomness is consumed (the seed is
+        irrelevant), the ``n`` continuations of a request are identical, and each token's
+        behaviour log-prob is ``0.0`` (the log of the point mass it was drawn from). Training
+        refuses temperature 0 at config time (GRPO needs distinct samples within a group), so
+        greedy is an evaluation mode. ``temperature < 0`` is an error.
+
         Returns:
             One list per request, in request order, of exactly ``request.n`` :class:`Generation`\\ s
             holding only the new tokens, their behaviour log-probs and the finish reason.
 
         Raises:
-            ValueError: an empty context, ``n < 1`` or invalid sampling parameters.
+            ValueError: an empty context, ``n < 1`` or invalid sampling parameters (``temperature < 0``).
         """
         ...
 

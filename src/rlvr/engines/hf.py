@@ -30,6 +30,7 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -44,14 +45,14 @@ __all__ = ["HFEngine", "sample_from_logits", "validate_sampling"]
 
 
 def validate_sampling(params: SamplingParams) -> None:
-    """Check sampling parameters.
+    """Check sampling parameters (``temperature == 0`` is valid: greedy decoding).
 
     Raises:
-        ValueError: ``temperature <= 0``, ``top_p`` outside ``(0, 1]``, ``top_k < 0`` or
+        ValueError: ``temperature < 0`` or not finite, ``top_p`` outside ``(0, 1]``, ``top_k < 0`` or
             ``max_new_tokens < 1`` (the message names the field and the value).
     """
-    if not params.temperature > 0:
-        raise ValueError(f"SamplingParams.temperature must be > 0, got {params.temperature}")
+    if not (params.temperature >= 0 and math.isfinite(params.temperature)):
+        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy) and finite, got {params.temperature}")
     if not 0 < params.top_p <= 1:
         raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
     if params.top_k < 0:
@@ -72,7 +73,10 @@ def sample_from_logits(
     The distribution is ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely
     tokens (0: no restriction) and renormalised, then restricted to the smallest most-likely set
     whose mass reaches ``top_p`` (the token that crosses ``top_p`` is kept; at least one token always
-    is) and renormalised. ``top_k == 1`` is greedy (argmax, log-prob 0) and consumes no randomness.
+    is) and renormalised. ``temperature == 0`` (any ``top_p``/``top_k``) and ``top_k == 1`` are greedy:
+    the argmax of the raw logits, log-prob 0 (the log of the point mass it was drawn from), and no
+    randomness is consumed. Ties go to the lowest token id (``torch.argmax`` returns the first
+    maximal index); every engine follows this contract (:class:`rlvr.engines.base.Engine`).
 
     Draws use the inverse CDF with one uniform per row (float64 cumulative sum): on CPU this is
     ~10× cheaper than ``torch.multinomial`` or an exponential race over a 49 k vocabulary, which
@@ -81,7 +85,7 @@ def sample_from_logits(
 
     Args:
         logits: ``[B, V]`` next-token logits (any float dtype; computed in float32).
-        temperature: > 0.
+        temperature: >= 0; 0 is greedy (see above).
         top_p: in ``(0, 1]``; 1 disables.
         top_k: ≥ 0; 0 disables.
         generator: private RNG on ``logits.device`` (``None``: torch's global RNG).
@@ -94,11 +98,11 @@ def sample_from_logits(
     ``torch.topk``'s order instead of keeping every tied token).
     """
     x = logits.float()
+    rows, vocab = x.shape
+    if temperature == 0 or top_k == 1:  # greedy: argmax, first (lowest) id on ties
+        return x.argmax(-1), torch.zeros(rows, dtype=torch.float32, device=x.device)
     if temperature != 1.0:
         x = x / temperature
-    rows, vocab = x.shape
-    if top_k == 1:
-        return x.argmax(-1), torch.zeros(rows, dtype=torch.float32, device=x.device)
     cand: torch.Tensor | None = None  # [B, K] vocabulary ids of the candidates, descending
     if 0 < top_k < vocab:
         x, cand = x.topk(top_k, dim=-1)  # sorted descending; the distribution is now over K

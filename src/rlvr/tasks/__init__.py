@@ -77,7 +77,7 @@ def validate_task_config(cfg: TaskConfig) -> None:
     """
     if cfg.type == "reasoning_gym":
         check_reasoning_gym_config(
-            cfg.name, cfg.config, train_size=cfg.train_size, eval_size=cfg.eval_size, seed=cfg.seed,
+            cfg.name, cfg.config, train_size=cfg.train_size, eval_size=cfg.eval_size_or_default, seed=cfg.seed,
             eval_seed=cfg.eval_seed,
         )
     elif cfg.type == "jsonl":
@@ -128,10 +128,10 @@ def build_task(cfg: TaskConfig) -> Task:
     task: Task
     if cfg.type == "reasoning_gym":
         task = ReasoningGymTask(
-            cfg.name, cfg.config, cfg.train_size, cfg.eval_size, cfg.seed, cfg.eval_seed, **common
+            cfg.name, cfg.config, cfg.train_size, cfg.eval_size_or_default, cfg.seed, cfg.eval_seed, **common
         )
     elif cfg.type == "jsonl":
-        assert cfg.path is not None  # enforced by TaskConfig
+        assert cfg.path is not None or cfg.eval_path is not None  # enforced by TaskConfig
         task = MathTask.from_jsonl(
             cfg.path, eval_path=cfg.eval_path, question_field=cfg.question_field, answer_field=cfg.answer_field,
             train_size=cfg.train_size, eval_size=cfg.eval_size, seed=cfg.seed, eval_seed=cfg.eval_seed, **common,

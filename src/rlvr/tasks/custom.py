@@ -161,6 +161,11 @@ class RewardFnTask:
         """The base task's problems of ``split``."""
         return self.base_task.problems(split)
 
+    @property
+    def source_sizes(self) -> dict[str, int]:
+        """The base task's ``source_sizes`` (rows each split was taken from), if it has them."""
+        return dict(getattr(self.base_task, "source_sizes", {}))
+
     def verify(self, problem: Problem, completion: str) -> Verdict:
         """Score ``completion`` with the reward function.
 

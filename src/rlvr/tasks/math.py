@@ -62,6 +62,12 @@ def gold_from_field(value: Any) -> str:
     return gold
 
 
+def plain_number(s: str) -> Decimal | None:
+    """``s`` as a decimal when it is a plain number (``$`` signs and thousands commas allowed:
+    ``"$1,250.50"`` → ``Decimal("1250.50")``), else None."""
+    return _plain_number(s)
+
+
 def _plain_number(s: str) -> Decimal | None:
     t = s.strip().replace("\\$", "").replace("$", "").strip()
     if _THOUSANDS.match(t):
@@ -140,6 +146,11 @@ def _split_rows(rows: list[Any], eval_size: int, eval_seed: int, where: str) -> 
     eval_rows = [r for i, r in enumerate(rows) if i in held]
     train_rows = [r for i, r in enumerate(rows) if i not in held]
     return train_rows, eval_rows
+
+
+def _first(rows: list[Any], k: int | None) -> list[Any]:
+    """The first ``k`` rows in file order (all when ``k`` is None): a test set is a prefix, never a sample."""
+    return rows if k is None else rows[:k]
 
 
 def _cap(rows: list[Any], k: int | None, seed: int) -> list[Any]:
@@ -260,20 +271,23 @@ class MathTask:
     ) -> None:
         self.name = name
         self._splits = {"train": list(train), "eval": list(eval)}
+        self.source_sizes: dict[str, int] = {k: len(v) for k, v in self._splits.items()}
+        """Rows each split was taken from (more than the split's size when ``eval_size`` capped an eval file)."""
         self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
         self.correct_threshold = correct_threshold
         self.hint = FORMAT_HINT if feedback_hint else None
+        self._no_train: str | None = None  # why there is no train split (an evaluation-only task)
 
     @classmethod
     def from_jsonl(
         cls,
-        path: str | Path,
+        path: str | Path | None,
         *,
         eval_path: str | Path | None = None,
         question_field: str = "question",
         answer_field: str = "answer",
         train_size: int | None = None,
-        eval_size: int = 100,
+        eval_size: int | None = None,
         seed: int = 0,
         eval_seed: int = 10_000,
         **kwargs: Any,
@@ -281,28 +295,44 @@ class MathTask:
         """A task from a JSONL file (and optionally a separate eval file).
 
         Args:
-            path: training file (also the eval source when ``eval_path`` is None).
+            path: training file (also the eval source when ``eval_path`` is None); None for an
+                evaluation-only task from ``eval_path`` (its train split then raises DataError).
             eval_path: a separate eval file, or None to hold out ``eval_size`` rows of ``path``
                 (a seeded choice by ``eval_seed``; the rest, minus any row whose question also
                 appears in the held-out rows, is the train split).
             question_field, answer_field: row keys.
             train_size: at most this many train rows (a ``seed``-seeded sample in file order);
                 None keeps all.
-            eval_size: eval rows (held out, or sampled by ``eval_seed`` from ``eval_path``).
+            eval_size: with ``eval_path``: None keeps every eval row, N the first N, in file order
+                (a benchmark is reported on its whole test set or a stated prefix); without it: the
+                rows held out of ``path`` (None: 100).
             seed, eval_seed: the seeds above.
             **kwargs: ``system_prompt``, ``correct_threshold``, ``feedback_hint``.
 
         Raises:
             DataError: see :func:`read_jsonl`; or too few rows to hold out ``eval_size``.
         """
+        if path is None:
+            if eval_path is None:
+                raise DataError("MathTask.from_jsonl needs task.path or task.eval_path")
+            all_ev = read_jsonl(eval_path, question_field, answer_field)
+            task = cls(Path(eval_path).stem, [], _first(all_ev, eval_size), **kwargs)
+            task.source_sizes["eval"] = len(all_ev)
+            task._no_train = f"task.path is not set: {str(eval_path)!r} (task.eval_path) is for evaluation only"
+            return task
         rows = read_jsonl(path, question_field, answer_field)
+        eval_total = None
         if eval_path is None:
-            train, ev = _split_rows(rows, eval_size, eval_seed, str(path))
+            train, ev = _split_rows(rows, eval_size or 100, eval_seed, str(path))
             held_q = {p.question for p in ev}
             train = [p for p in train if p.question not in held_q]
         else:
-            train, ev = rows, _cap(read_jsonl(eval_path, question_field, answer_field), eval_size, eval_seed)
-        return cls(Path(path).stem, _cap(train, train_size, seed), ev, **kwargs)
+            all_ev = read_jsonl(eval_path, question_field, answer_field)
+            train, ev, eval_total = rows, _first(all_ev, eval_size), len(all_ev)
+        task = cls(Path(path).stem, _cap(train, train_size, seed), ev, **kwargs)
+        if eval_total is not None:
+            task.source_sizes["eval"] = eval_total
+        return task
 
     @classmethod
     def from_hf(
@@ -315,7 +345,7 @@ class MathTask:
         question_field: str = "question",
         answer_field: str = "answer",
         train_size: int | None = None,
-        eval_size: int = 100,
+        eval_size: int | None = None,
         seed: int = 0,
         eval_seed: int = 10_000,
         **kwargs: Any,
@@ -325,7 +355,8 @@ class MathTask:
         Args:
             name, hf_config: dataset id and configuration (``"openai/gsm8k"``, ``"main"``).
             train_split, eval_split: split names; an ``eval_split`` that is empty or equal to
-                ``train_split`` holds out ``eval_size`` train rows instead.
+                ``train_split`` holds out ``eval_size`` (None: 100) train rows instead; otherwise
+                ``eval_size`` None keeps every ``eval_split`` row and N the first N, in order.
             others: as in :meth:`from_jsonl`.
 
         Raises:
@@ -355,21 +386,29 @@ class MathTask:
             ]
 
         rows = load(train_split)
+        eval_total = None
         if not eval_split or eval_split == train_split:
-            train, ev = _split_rows(rows, eval_size, eval_seed, f"dataset {name!r} split {train_split!r}")
+            train, ev = _split_rows(rows, eval_size or 100, eval_seed, f"dataset {name!r} split {train_split!r}")
             held_q = {p.question for p in ev}
             train = [p for p in train if p.question not in held_q]
         else:
-            train, ev = rows, _cap(load(eval_split), eval_size, eval_seed)
-        return cls(name.rsplit("/", 1)[-1], _cap(train, train_size, seed), ev, **kwargs)
+            all_ev = load(eval_split)
+            train, ev, eval_total = rows, _first(all_ev, eval_size), len(all_ev)
+        task = cls(name.rsplit("/", 1)[-1], _cap(train, train_size, seed), ev, **kwargs)
+        if eval_total is not None:
+            task.source_sizes["eval"] = eval_total
+        return task
 
     def problems(self, split: Split) -> list[Problem]:
         """The problems of ``split`` (a copy of the list).
 
         Raises:
             ValueError: unknown split.
+            DataError: ``"train"`` of an evaluation-only task (built from ``eval_path`` alone).
         """
         check_split(split)
+        if split == "train" and self._no_train:
+            raise DataError(f"{self._no_train}; training needs a train file: set task.path")
         return list(self._splits[split])
 
     def verify(self, problem: Problem, completion: str) -> Verdict:

@@ -154,7 +154,8 @@ def testbed_task_from_config(cfg) -> TestbedTask:
     try:
         return TestbedTask(
             min_level=int(c.get("min_level", 4)), max_level=int(c.get("max_level", 6)), ops=str(c.get("ops", "RC")),
-            train_size=cfg.train_size, eval_size=cfg.eval_size, seed=cfg.seed, eval_seed=cfg.eval_seed, name=name,
+            train_size=cfg.train_size, eval_size=cfg.eval_size_or_default, seed=cfg.seed, eval_seed=cfg.eval_seed,
+            name=name,
             system_prompt=cfg.system_prompt or "",
         )
     except (TypeError, ValueError) as exc:
