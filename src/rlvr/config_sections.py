@@ -110,6 +110,16 @@ class EvalConfig(_Strict):
     temperature: float = Field(1.0, gt=0)
     batch_size: int = Field(64, ge=1)
 
+    @model_validator(mode="after")
+    def _check_ks(self) -> "EvalConfig":
+        bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
+        if bad or not self.ks:
+            raise ValueError(
+                f"eval.ks={self.ks}: every k must be between 1 and eval.num_samples={self.num_samples} "
+                "(pass@k needs at least k samples per problem)"
+            )
+        return self
+
 
 class UECConfig(_Strict):
     """UEC-RL knobs (``specs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).

@@ -66,7 +66,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
        POSIX, so a single-slash ``org/name`` that is not a local folder is taken for a hub id.
     5. ``"testbed"`` / ``"testbed:<preset>[:<seed>]"``: the in-process pre-trained testbed policy
        (``rlvr.testbed.model.ensure_testbed_model`` builds and caches its folder), loaded as a folder.
-    6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
+    6. ``"tiny"`` / ``"tiny:<seed>"``: :func:`build_tiny_model` (random weights, ~0.1 M parameters,
+       built in-process): smoke tests of a command line (``tests/test_readme.py`` runs the README's
+       commands with it), never a result.
+    7. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 
     The model is returned on CPU with its weights in the precision policy's ``param_dtype``
@@ -97,6 +100,12 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
         model, tok = _load_folder(folder, dtype)
     elif name == "testbed" or name.startswith("testbed:"):
         model, tok = _load_folder(_testbed_folder(name, cfg.cache_dir), dtype)
+    elif name == "tiny" or name.startswith("tiny:"):
+        seed = name.partition(":")[2]
+        if seed and not seed.isdigit():
+            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
+        model, tok = build_tiny_model(int(seed or 0))
+        model = model.to(dtype)
     else:
         path = Path(name).expanduser()
         if path.is_file() and path.suffix == ".gguf":

@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.trainer.run_dir import apply_umask, find_resumable
+
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds")
 """Config keys (and sections) that may change between a run and its resumption."""
 
 
@@ -175,6 +177,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         with open(tmp / ".complete", "w") as f:
             f.flush()
             os.fsync(f.fileno())
+        apply_umask(tmp)  # mkdtemp makes 0700 and some writers 0600: follow the user's umask instead
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -189,16 +192,9 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete ``checkpoint-N`` folder with the largest N under ``output_dir``, or None."""
-    best, best_step = None, -1
-    for p in Path(output_dir).glob("checkpoint-*"):
-        try:
-            step = int(p.name.split("-", 1)[1])
-        except ValueError:
-            continue
-        if (p / ".complete").exists() and (p / STATE_FILE).exists() and step > best_step:
-            best, best_step = p, step
-    return best
+    """The whole ``checkpoint-N`` folder with the largest N under ``output_dir``, or None; newer ones
+    that are incomplete or corrupt are skipped (see :func:`rlvr.trainer.run_dir.find_resumable`)."""
+    return find_resumable(output_dir)[0]
 
 
 def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from rlvr.progress import progress_bar
 
 
 def _clean(v: Any) -> Any:
@@ -40,7 +40,8 @@ def _drop_rows_after(path: Path, step: int) -> None:
 
 class RunLogger:
     """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
-    completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA.
+    completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA (periodic lines
+    instead when stderr is not a terminal, see :mod:`rlvr.progress`).
 
     Every line is flushed as it is written, so a killed run keeps all completed steps.
 
@@ -68,7 +69,8 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=start_step + 1 if start_step else None)
-        self._bar = tqdm(total=total_steps, initial=start_step, disable=not progress, unit="step", dynamic_ncols=True)
+        # a terminal gets a live bar; a log file a line every LOG_INTERVAL_S seconds (rlvr.progress)
+        self._bar = progress_bar(total=total_steps, initial=start_step, disable=not progress, unit="step", desc="train")
         self._t0 = time.time()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import random
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -20,7 +22,7 @@ from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
-from rlvr.errors import RlvrError
+from rlvr.errors import IdleRunError, RlvrError
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -28,10 +30,15 @@ from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, rest
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
+from rlvr.trainer.lifecycle import (
+    RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
+)
+from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.run_dir import rotate_checkpoints
 from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
@@ -166,6 +173,8 @@ class Trainer:
         self.generation_round = 0
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
         self._draw_count = 0
         self._carry: list[RolloutBatch] = []
         # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
@@ -173,6 +182,8 @@ class Trainer:
         self.pending_round: dict[str, Any] | None = None
         self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
+        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote (for the summary)
+        self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
 
     # ----------------------------------------------------------------------------- rollouts
@@ -228,6 +239,7 @@ class Trainer:
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
+        self._round_signal = RoundSignal.of(cstats.raw_batches)
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
@@ -322,9 +334,19 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run until ``max_steps`` optimizer updates; returns the last step's metrics.
 
+        A summary (steps, wall time, reward start -> end, verifier errors and timeouts, the checkpoint)
+        is printed to stderr at the end of every run, also one that fails or is interrupted; its
+        counters stay in :attr:`summary`.
+
         Raises:
             TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
                 gradient (a checkpoint is written first).
+            RunInterrupted: SIGINT or SIGTERM (see :mod:`rlvr.trainer.lifecycle`): the update in
+                progress is finished or the generation round in progress abandoned, and a
+                checkpoint is written first.
+            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update and no trainable
+                row (dynamic sampling exhausted, every row filtered out); a checkpoint is written first
+                and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
         logger = RunLogger(
@@ -334,19 +356,33 @@ class Trainer:
         self._logger = logger
         last: dict[str, float] = {}
         t_run = time.perf_counter()
+        self.summary = RunSummary()
+        self.summary.start(self)
+        status, stop = "failed", StopControl()
         try:
+            stop.__enter__()
             while self.global_step < cfg.max_steps:
+                if stop.requested is not None:
+                    raise self._interrupted(stop.requested)
                 t_step = time.perf_counter()
+                self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
-                    batch, gen_metrics = self.generate_batch()
+                    snap = round_snapshot(self)
+                    try:
+                        with stop.abandonable(), rollout_progress(self):  # a signal abandons the round
+                            batch, gen_metrics = self.generate_batch()
+                    except _Abandon:
+                        restore_round(self, snap)
+                        raise self._interrupted(stop.requested) from None
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
                 self.pending_round["num_opt_batches"] = len(opt_batches)
+                step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
                     if i < start:
                         continue
@@ -366,14 +402,42 @@ class Trainer:
                     t_step = time.perf_counter()
                     last = m
                     self._after_step(m)
+                    self.summary.observe(m)
+                    if stop.requested is not None:  # the update in progress is finished: stop here
+                        raise self._interrupted(stop.requested)
+                # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
+                # update, e.g. UEC-RL's pending buffer, are progress)
+                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
+                    path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+                    raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
-                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
+                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping "
+                                   f"({self.idle.rounds}/{cfg.max_idle_rounds} idle rounds before the run stops)")
+            self.save(self.output_dir / "final", hf_folder=True)
+            status = "finished"
+        except _Abort:
+            raise RunInterrupted(stop.requested or signal.SIGINT, self.global_step, None) from None
+        except RunInterrupted:
+            status = "interrupted"
+            raise
+        except IdleRunError:
+            status = "stopped (no learning signal)"
+            raise
         finally:
+            stop.__exit__()
             logger.close()
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
-        self.save(self.output_dir / "final", hf_folder=True)
+            self.summary.update_counts(self)
+            print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
         return last
+
+    def _interrupted(self, signum: int) -> RunInterrupted:
+        """Write a checkpoint of the state now (a step boundary) and build the exception to raise."""
+        path = self.output_dir / f"checkpoint-{self.global_step}"
+        if self.last_checkpoint != path:
+            self.save(path)
+        return RunInterrupted(signum, self.global_step, path)
 
     def _replan_resumed(self) -> tuple[RolloutBatch, list[RolloutBatch], int]:
         """Rebuild the optimizer batches of a generation batch restored from a checkpoint.
@@ -419,5 +483,10 @@ class Trainer:
             self.save(self.output_dir / f"checkpoint-{self.global_step}")
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
-        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config)."""
-        return save_checkpoint(self, path, hf_folder=hf_folder)
+        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
+        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``."""
+        out = save_checkpoint(self, path, hf_folder=hf_folder)
+        self.last_checkpoint = out
+        if not hf_folder and out.parent == self.output_dir:
+            rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
+        return out
