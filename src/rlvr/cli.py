@@ -1,4 +1,4 @@
-"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr plot``, ``rlvr compare``.
+"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr export``, ``rlvr plot``, ``rlvr compare``.
 
 Exit codes: 0 done; 1 a run-time failure (a model that cannot be loaded, a file that cannot be
 written, more than half of a run's reward calls failed, non-finite updates); 2 bad configuration or
@@ -50,10 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "final/, tb/, config.yaml; nothing else) and start over")
     e = sub.add_parser("eval", help="pass@k and mean reward on the held-out split")
     _common(e)
-    e.add_argument("--checkpoint", help="model folder to evaluate (default: the config's model)")
+    e.add_argument("--checkpoint", help="model folder or LoRA adapter folder (e.g. RUN_DIR/final) to evaluate "
+                   "(default: the config's model)")
     e.add_argument("--tag", default="eval", help="result file name: OUTPUT_DIR/eval_<tag>.json")
     e.add_argument("--out", help="explicit JSON output path")
     e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems (N >= 1)")
+    ex = sub.add_parser("export", help="write a LoRA adapter folder merged into its base as a Hugging Face folder")
+    ex.add_argument("folder", help="a LoRA run's final/ or checkpoint-N/ (peft adapter format)")
+    ex.add_argument("--merge", action="store_true", required=True,
+                    help="merge the adapter into the base weights (required: the only export there is)")
+    ex.add_argument("--out", required=True, help="new folder for the merged model (must not exist or be empty)")
     pl = sub.add_parser("plot", help="PNG curves of a run directory")
     pl.add_argument("run_dir")
     pl.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
@@ -190,6 +196,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     Returns 1 when more than :data:`REWARD_FAILURE_LIMIT` of the run's reward calls failed.
     """
     cfg = _load_config(args)
+    from rlvr.loggers import check_report_to
+
+    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     out = _prepare_output_dir(cfg, args)
     from rlvr.models import load_policy
@@ -255,10 +264,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     path = _check_eval_output(args, cfg)
     task = build_task(cfg.task)
     task.problems("eval")
-    model_cfg = cfg.model.model_copy(update={"name_or_path": args.checkpoint}) if args.checkpoint else cfg.model
-    if args.checkpoint and not Path(args.checkpoint).exists():
-        raise ModelLoadError(f"--checkpoint {args.checkpoint}: no such folder")
-    model, tokenizer = load_policy(model_cfg)
+    if args.checkpoint:
+        from rlvr.lora import load_checkpoint_policy
+
+        model, tokenizer = load_checkpoint_policy(cfg.model, args.checkpoint)  # a model folder or a LoRA adapter
+    else:
+        model, tokenizer = load_policy(cfg.model)
     e = cfg.eval
     result = evaluate(
         model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature, top_p=cfg.top_p,
@@ -277,6 +288,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if k != "per_problem"}
     print(json.dumps(summary, indent=2))
     print(f"rlvr: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``rlvr export FOLDER --merge --out DIR``: base + LoRA adapter merged into one HF model folder."""
+    from rlvr.config import ModelConfig
+    from rlvr.lora import export_merged
+
+    path = export_merged(args.folder, args.out, ModelConfig())
+    print(f"rlvr: wrote {path}")
     return 0
 
 
@@ -395,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
-    handlers = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "compare": cmd_compare}
+    handlers = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return handlers[args.command](args)

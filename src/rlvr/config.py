@@ -23,6 +23,7 @@ from rlvr.config_sections import (
     FBOSConfig,
     IBTPOConfig,
     LoggingConfig,
+    LoraConfig,
     ModelConfig,
     MuGRPOConfig,
     TaskConfig,
@@ -315,6 +316,11 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "uec.replay_admit": ("uec.replay_admission", None),
     "ib_tpo.lambda_ib": ("ib_tpo.ib_lambda", None),
     "fbos.combine": ("fbos.combine_mode", None),
+    "model.lora_rank": ("model.lora.r", None),  # verl
+    "model.lora.rank": ("model.lora.r", None),
+    "model.lora_alpha": ("model.lora.alpha", None),  # verl
+    "model.lora.lora_alpha": ("model.lora.alpha", None),  # peft
+    "model.lora.lora_dropout": ("model.lora.dropout", None),  # peft
 }
 
 

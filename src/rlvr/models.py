@@ -510,6 +510,8 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(model: Any) -> Any:
+    if type(model).__module__.startswith("peft.") and hasattr(model, "get_base_model"):
+        model = model.get_base_model()  # a peft wrapper: its causal LM (LoRA layers inside) has the decoder
     base = getattr(model, "model", None)
     if isinstance(base, torch.nn.Module):
         return base
@@ -528,8 +530,8 @@ def model_forward_hidden(
 ) -> torch.Tensor:
     """Final hidden states of a causal LM without its LM head.
 
-    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``),
-    whose output is already through the final norm, without a KV cache.
+    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``;
+    through a ``peft`` wrapper, that of its causal LM, adapters active), whose output is already through the final norm, without a KV cache.
 
     Args:
         model: a ``*ForCausalLM`` whose head is a plain linear map of the last hidden state.

@@ -7,6 +7,7 @@ passes. ``max_steps`` counts optimizer updates (TRL semantics).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 import signal
@@ -23,6 +24,8 @@ from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import IdleRunError, RlvrError
+from rlvr.loggers import build_trackers, check_report_to
+from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -106,7 +109,9 @@ class Trainer:
         model: the policy (trained in place), its weights in the ``param_dtype`` of ``cfg.model.dtype``'s
             precision policy (float32 unless ``bf16-pure``); the policy is attached to it
             (:func:`apply_precision`): forwards autocast under ``bf16`` and the default engine decodes
-            with bf16 weights.
+            with bf16 weights. With ``model.lora.r > 0`` a plain model is wrapped with peft LoRA
+            adapters here (only they train; ``self.model`` is then the ``PeftModel``); a model that
+            already is a ``PeftModel`` is used as it is.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
@@ -116,7 +121,9 @@ class Trainer:
             trainer then keeps them.
         schedule: which optimizer batches each generation batch feeds; defaults to
             ``SCHEDULES[cfg.schedule]``.
-        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
+        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``. With
+            LoRA (``model.lora.r > 0``) no copy is made: the reference is the same model with its
+            adapters disabled (:func:`rlvr.lora.reference_policy`).
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
     """
@@ -135,15 +142,24 @@ class Trainer:
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
     ) -> None:
+        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
+        lora = cfg.model.lora.r > 0 or is_peft_model(model)
+        if cfg.model.lora.r > 0 and not is_peft_model(model):
+            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
+            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
         self.model = model
+        self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
-        if engine is None:
+        if engine is None and lora:
+            engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
+                                                   precision=self.precision)
+        elif engine is None:
             from rlvr.engines.hf import HFEngine
 
             engine = HFEngine(model, tokenizer)
@@ -166,7 +182,8 @@ class Trainer:
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
-        if cfg.beta > 0:
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
@@ -225,6 +242,8 @@ class Trainer:
         self._draw_count = 0
         score_time = 0.0
         timeouts_before = getattr(self.scorer, "timeouts_total", 0)
+        if self.weight_sync is not None:  # the engine samples from a separate copy (e.g. merged LoRA weights)
+            self.weight_sync(self.global_step)
 
         def score(b: RolloutBatch):
             nonlocal score_time
@@ -249,9 +268,10 @@ class Trainer:
             timings["timing/old_logprob_s"] = time.perf_counter() - t
         if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler":
             batch.old_logp = batch.sampler_logp
-        if self.ref_model is not None:
+        if self.ref_model is not None or self._ref_is_base:
             t = time.perf_counter()
-            batch.ref_logp = self._logprobs(self.ref_model, batch)
+            with (reference_policy(self.model) if self._ref_is_base else contextlib.nullcontext(self.ref_model)) as ref:
+                batch.ref_logp = self._logprobs(ref, batch)
             timings["timing/ref_logprob_s"] = time.perf_counter() - t
             if cfg.kl_in_reward:
                 from rlvr.core.kl import kl_penalty
@@ -349,9 +369,11 @@ class Trainer:
                 and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
+        trackers = build_trackers(cfg.logging.sinks, self.output_dir, cfg.model_dump(mode="json"), cfg.logging,
+                                  resume=self.global_step > 0)
         logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
-            progress=cfg.logging.progress,
+            self.output_dir, cfg.max_steps, start_step=self.global_step,
+            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
         )
         self._logger = logger
         last: dict[str, float] = {}
