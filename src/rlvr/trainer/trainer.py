@@ -163,6 +163,9 @@ class Trainer:
             from rlvr.engines.hf import HFEngine
 
             engine = HFEngine(model, tokenizer)
+        if self.weight_sync is None and getattr(engine, "casts_weights", False):
+            # a bf16 decode copy (model.dtype=bf16): re-cast once per policy version, before each round
+            self.weight_sync = lambda step, _e=engine: _e.sync_weights(version=step)
         self.engine = engine
         validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
