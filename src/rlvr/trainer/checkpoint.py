@@ -172,7 +172,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
-                "config": trainer.cfg.model_dump(mode="json"),
+                "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
                 "data": data_fingerprint(trainer.cfg.task),
             }
             state.update(_save_round_state(trainer, tmp))
@@ -211,9 +211,18 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     """
     from safetensors.torch import load_file
 
+    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
+
     path = Path(path)
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
+    if is_distributed_checkpoint(path):  # written under torchrun: DCP, loadable onto any world size
+        return load_distributed(trainer, path)
+    if getattr(trainer, "world_size", 1) > 1:
+        raise RuntimeError(
+            f"{path} was written by a single-process run; resuming it under torchrun is not supported "
+            "(resume it with plain `rlvr train --resume`, or start the job from its model folder)"
+        )
     if is_peft_model(trainer.model):
         load_adapter_weights(trainer.model, path)  # LoRA: the base is unchanged, only adapters were saved
     else:

@@ -37,7 +37,7 @@ from rlvr.trainer.lifecycle import (
     RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
 )
 from rlvr.trainer.idle import IdleTracker, RoundSignal
-from rlvr.trainer.logger import RunLogger
+from rlvr.trainer.logger import NullLogger, RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
@@ -126,6 +126,12 @@ class Trainer:
             adapters disabled (:func:`rlvr.lora.reference_policy`).
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
+        dp: this rank's :class:`rlvr.distributed.DataParallel` under ``torchrun`` (None: one process).
+            ``cfg`` is then the rank's config (:func:`rlvr.distributed.setup.local_config`) and
+            ``run_config`` the job's (saved in checkpoints). The trainer shards the models (FSDP2) or
+            keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
+            logs on rank 0 only.
+        run_config: the job's config as the user wrote it (default ``cfg``).
     """
 
     def __init__(
@@ -141,14 +147,31 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
+        dp: Any = None,
+        run_config: RLConfig | None = None,
     ) -> None:
         check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
+        self.run_config = run_config or cfg
+        self.dp = dp
+        self.rank = dp.rank if dp is not None else 0
+        self.world_size = dp.world_size if dp is not None else 1
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
+        if lora and self.world_size > 1:
+            raise RlvrError("LoRA (model.lora.r > 0) under torchrun is not supported yet: run it in one process")
         if cfg.model.lora.r > 0 and not is_peft_model(model):
             spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
             model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
+            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
+        gen_model, sharded = model, False
+        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
+            from rlvr.distributed.setup import prepare_models
+
+            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         self.model = model
         self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
@@ -162,11 +185,21 @@ class Trainer:
         elif engine is None:
             from rlvr.engines.hf import HFEngine
 
-            engine = HFEngine(model, tokenizer)
+            engine = HFEngine(gen_model, tokenizer)
         if self.weight_sync is None and getattr(engine, "casts_weights", False):
             # a bf16 decode copy (model.dtype=bf16): re-cast once per policy version, before each round
             self.weight_sync = lambda step, _e=engine: _e.sync_weights(version=step)
         self.engine = engine
+        # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
+        # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
+        # (`weight_sync` above is LoRA's pull-style callable for its merged copy.)
+        self.weight_version = 0
+        self.generation_sync = getattr(engine, "generation_sync", None)
+        self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
+        if self.generation_sync is None and sharded and not self._gather_for_generation:
+            from rlvr.distributed.weights import ModuleCopySync
+
+            self.generation_sync = ModuleCopySync(gen_model)
         validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
@@ -178,6 +211,10 @@ class Trainer:
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
         self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
+        if self.world_size > 1:
+            from rlvr.distributed.data import RankPromptLoader
+
+            self.loader = RankPromptLoader(self.loader, self.rank, self.world_size)
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
@@ -185,9 +222,8 @@ class Trainer:
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
-        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
         if cfg.beta > 0 and not self._ref_is_base:
-            self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+            self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
         self.generation_round = 0
@@ -218,12 +254,13 @@ class Trainer:
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.generation_round * 7919) % 2**31,
+            seed=(c.seed * 1_000_003 + self.generation_round * 7919 + self.rank * 104_729) % 2**31,
         )
 
     def _draw(self, k: int) -> RolloutBatch:
         problems = self.loader.next(k)
-        first = self.generation_round * 1_000_000 + self._draw_count * k
+        # group ids unique over the job: draw d of rank r gets block d·W + r
+        first = self.generation_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
         self._draw_count += 1
         return self.sampler.sample(
             problems, self.cfg.num_generations, self.sampling_params(), policy_version=self.global_step,
@@ -237,10 +274,26 @@ class Trainer:
         )
         return logp
 
+    def sync_weights(self) -> None:
+        """Push the trained weights to the generation engine when it is behind ``weight_version``
+        (every rank; a collective when the policy is sharded)."""
+        ws = self.generation_sync
+        if ws is not None and ws.version != self.weight_version:
+            from rlvr.distributed.weights import full_named_tensors
+
+            ws.push(full_named_tensors(self.model), self.weight_version)
+
+    def _needs_trainer_old_logp(self) -> bool:
+        cfg = self.cfg
+        return (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer")
+
     def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
         cfg = self.cfg
         timings: dict[str, float] = {}
+        t = time.perf_counter()
+        self.sync_weights()
+        timings["timing/weight_sync_s"] = time.perf_counter() - t
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
@@ -255,17 +308,30 @@ class Trainer:
             score_time += time.perf_counter() - t
             return s
 
-        batch, cstats, self._carry = collect_generation_batch(
-            self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
-        )
+        gathered = self.dp.inference(self.model) if self._gather_for_generation else contextlib.nullcontext()
+        with gathered:  # generation_weights=gathered: the shards are gathered once for the whole round
+            batch, cstats, self._carry = collect_generation_batch(
+                self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
+            )
+        if self.world_size > 1:  # ranks that drew fewer times (dynamic sampling) skip their slices of the
+            n = int(self.dp.max([self._draw_count])[0])  # others' draws: every rank's loader stays identical
+            for _ in range(n - self._draw_count):
+                self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.generation_round += 1
         self._round_signal = RoundSignal.of(cstats.raw_batches)
         metrics: dict[str, float] = {}
         if len(batch) == 0:
+            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
+                if self._needs_trainer_old_logp():
+                    self._logprobs(self.model, batch)
+                if self.ref_model is not None:
+                    self._logprobs(self.ref_model, batch)
+            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
+                self._assign_advantages(batch)
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        if (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
+        if self._needs_trainer_old_logp():
             t = time.perf_counter()
             batch.old_logp = self._logprobs(self.model, batch)
             timings["timing/old_logprob_s"] = time.perf_counter() - t
@@ -284,7 +350,7 @@ class Trainer:
         if self.updates_per_generation == 1:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
         if batch.advantages is None:
-            assign_advantages(batch, cfg, self.adv_fn)
+            self._assign_advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
             batch = f(batch)
@@ -305,6 +371,23 @@ class Trainer:
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
         self._last_samples = self._sample_rows(batch)
         return batch, metrics
+
+    def _global_batch_std(self) -> bool:
+        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
+        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
+
+    def _assign_advantages(self, batch: RolloutBatch) -> None:
+        if not self._global_batch_std():
+            assign_advantages(batch, self.cfg, self.adv_fn)
+            return
+        from rlvr.distributed.stats import global_std
+
+        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
+        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
+        if len(batch) == 0:
+            return
+        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
+        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print
@@ -333,22 +416,24 @@ class Trainer:
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
             loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
-            share_prompt=cfg.share_prompt_forward,
+            share_prompt=cfg.share_prompt_forward, dp=self.dp,
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
         m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        staleness = (self.global_step - opt_batch.policy_version).float()
-        m["staleness/mean"] = float(staleness.mean())
-        m["staleness/max"] = float(staleness.max())
+        if len(opt_batch):  # a rank may run an empty update to keep step with the others
+            staleness = (self.global_step - opt_batch.policy_version).float()
+            m["staleness/mean"] = float(staleness.mean())
+            m["staleness/max"] = float(staleness.max())
         if res.skipped:
             self.consecutive_nonfinite += 1
             m["actor/skipped_nonfinite"] = 1.0
         else:
             self.consecutive_nonfinite = 0
             self.scheduler.step()
+            self.weight_version += 1
             m["actor/skipped_nonfinite"] = 0.0
         self.num_tokens += res.tokens
         return m
@@ -372,12 +457,15 @@ class Trainer:
                 and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
-        trackers = build_trackers(cfg.logging.sinks, self.output_dir, cfg.model_dump(mode="json"), cfg.logging,
-                                  resume=self.global_step > 0)
-        logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step,
-            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
-        )
+        if self.rank == 0:
+            trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
+                                      cfg.logging, resume=self.global_step > 0)
+            logger = RunLogger(
+                self.output_dir, cfg.max_steps, start_step=self.global_step,
+                tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
+            )
+        else:  # one writer per job: rank 0 logs the reduced metrics
+            logger = NullLogger()
         self._logger = logger
         last: dict[str, float] = {}
         t_run = time.perf_counter()
@@ -387,8 +475,9 @@ class Trainer:
         try:
             stop.__enter__()
             while self.global_step < cfg.max_steps:
-                if stop.requested is not None:
-                    raise self._interrupted(stop.requested)
+                req = self._agreed_stop(stop)
+                if req is not None:
+                    raise self._interrupted(req)
                 t_step = time.perf_counter()
                 self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
@@ -397,7 +486,10 @@ class Trainer:
                 else:
                     snap = round_snapshot(self)
                     try:
-                        with stop.abandonable(), rollout_progress(self):  # a signal abandons the round
+                        # a signal abandons the round; under torchrun the round finishes (it holds
+                        # collectives) and the ranks stop together at the next step boundary
+                        abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
+                        with abandon, rollout_progress(self):
                             batch, gen_metrics = self.generate_batch()
                     except _Abandon:
                         restore_round(self, snap)
@@ -406,6 +498,7 @@ class Trainer:
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
+                opt_batches = self._equalise_updates(opt_batches, batch)
                 self.pending_round["num_opt_batches"] = len(opt_batches)
                 step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
@@ -425,14 +518,16 @@ class Trainer:
                     m["perf/peak_memory_mb"] = peak_memory_mb()
                     m["generation/round"] = float(self.generation_round)
                     t_step = time.perf_counter()
+                    m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
                     last = m
                     self._after_step(m)
                     self.summary.observe(m)
-                    if stop.requested is not None:  # the update in progress is finished: stop here
-                        raise self._interrupted(stop.requested)
+                    req = self._agreed_stop(stop)
+                    if req is not None:  # the update in progress is finished: stop here
+                        raise self._interrupted(req)
                 # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
                 # update, e.g. UEC-RL's pending buffer, are progress)
-                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
+                if self.idle.round_done(self.global_step > step_before or self._rows_anywhere(batch), self._round_signal):
                     path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
                     raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
@@ -454,8 +549,18 @@ class Trainer:
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
             self.summary.update_counts(self)
-            print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
+            if self.rank == 0:
+                print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
         return last
+
+    def _agreed_stop(self, stop: StopControl) -> int | None:
+        """The signal to stop on, agreed by every rank (one all-reduce under torchrun: a rank that got
+        SIGTERM a moment later still stops at the same step), or None."""
+        req = stop.requested
+        if self.dp is None or self.world_size == 1:
+            return req
+        got = self.dp.max([float(req or 0)])[0]
+        return int(got) if got else None
 
     def _interrupted(self, signum: int) -> RunInterrupted:
         """Write a checkpoint of the state now (a step boundary) and build the exception to raise."""
@@ -487,6 +592,29 @@ class Trainer:
         self._last_samples = self._sample_rows(batch)
         return batch, opt_batches, int(r["next_index"])
 
+    def _rows_anywhere(self, batch: RolloutBatch) -> bool:
+        """Whether this round left a trainable row on any rank (the idle rule must agree on every rank)."""
+        if self.dp is None or self.world_size == 1:
+            return len(batch) > 0
+        return self.dp.max([float(len(batch))])[0] > 0
+
+    def _equalise_updates(self, opt_batches: list[RolloutBatch], batch: RolloutBatch) -> list[RolloutBatch]:
+        """Pad this rank's updates with empty ones up to the most any rank has this round (every rank
+        takes every optimizer step together; a rank whose groups were all filtered out contributes 0)."""
+        if self.dp is None or self.world_size == 1:
+            return opt_batches
+        n = int(self.dp.max([len(opt_batches)])[0])
+        return list(opt_batches) + [batch.select([]) for _ in range(n - len(opt_batches))]
+
+    def _reduce_step_metrics(self, m: dict[str, float]) -> dict[str, float]:
+        """Under torchrun, one all-gather of every rank's row reduced by name
+        (:func:`rlvr.distributed.metrics.reduce_metric_dicts`); ``m`` itself in one process."""
+        if self.dp is None or self.world_size == 1:
+            return m
+        from rlvr.distributed.metrics import reduce_metric_dicts
+
+        return reduce_metric_dicts(self.dp.gather(m), loss_is_partial=self.cfg.loss_norm_scope == "global")
+
     def _after_step(self, m: dict[str, float]) -> None:
         cfg, logger = self.cfg, self._logger
         assert logger is not None
@@ -509,9 +637,15 @@ class Trainer:
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
-        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``."""
-        out = save_checkpoint(self, path, hf_folder=hf_folder)
+        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``. Under
+        ``torchrun`` every rank calls it (:mod:`rlvr.trainer.dist_checkpoint`); rank 0 rotates."""
+        if self.dp is not None and self.dp.env.backend is not None:
+            from rlvr.trainer.dist_checkpoint import save_distributed
+
+            out = save_distributed(self, path, hf_folder=hf_folder)
+        else:
+            out = save_checkpoint(self, path, hf_folder=hf_folder)
         self.last_checkpoint = out
-        if not hf_folder and out.parent == self.output_dir:
+        if not hf_folder and out.parent == self.output_dir and self.rank == 0:
             rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
         return out
