@@ -4,13 +4,13 @@ Reads ``<compare dir>/<arm>/seed<k>/metrics.jsonl`` and writes:
 
 * ``docs/precision_curves.png``: training reward (5-step moving average) against optimizer steps, mean over
   seeds with a min–max band, one line per arm;
-* ``benchmarks/results/precision_compare.json`` and a Markdown table on stdout: per arm, over seeds (mean ±
+* ``benchmarks/results/<compare dir name>.json`` and a Markdown table on stdout: per arm, over seeds (mean ±
   sample std): final reward (mean of the last 10 % of steps), held-out pass@1 (``result.json``), and over
   every update of every seed: ``actor/ratio`` min / max (PPO ratio against the trainer's old log-probs),
   ``actor/rollout_logp_diff`` (mean |log π_train − log π_rollout|), ``actor/rollout_is_ratio`` mean / min /
   max and ``actor/rollout_is_changed`` (tokens a TIS cap changed), wall time per run.
 
-Run: ``python benchmarks/plot_precision.py runs/compare/precision``.
+Run: ``python benchmarks/plot_precision.py runs/compare/precision`` (``--png``, ``--json`` elsewhere).
 """
 
 from __future__ import annotations
@@ -36,8 +36,14 @@ def _ms(xs: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    cmp_dir = Path(argv[0] if argv else "runs/compare/precision")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("compare_dir", nargs="?", default="runs/compare/precision")
+    ap.add_argument("--png", default=str(ROOT / "docs" / "precision_curves.png"))
+    ap.add_argument("--json", default=None, help="default: benchmarks/results/<compare dir name>.json")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    cmp_dir = Path(args.compare_dir)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ax.set_title("testbed GRPO: fp32 vs bf16 (mean over seeds, min-max band)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    png = ROOT / "docs" / "precision_curves.png"
+    png = Path(args.png)
     fig.savefig(png, dpi=120)
-    out = ROOT / "benchmarks" / "results" / "precision_compare.json"
+    out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"{cmp_dir.name}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
 
     def f(x, fmt="{:.3g}"):

@@ -70,7 +70,7 @@ def gap_stats(train: torch.Tensor, roll: torch.Tensor, mask: torch.Tensor) -> di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="testbed", help="testbed | default | a model path")
+    ap.add_argument("--model", default="testbed", help="testbed | tiny | default | a model path")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--gens", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=12)
@@ -80,10 +80,18 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = print_machine()
     recipe = ["testbed"] if args.model == "testbed" else []
-    cfg = build_config(recipe, [f"model.name_or_path={args.model}", "model.dtype=fp32",
+    name = "default" if args.model == "tiny" else args.model
+    cfg = build_config(recipe, [f"model.name_or_path={name}", "model.dtype=fp32",
                                 f"max_completion_length={args.max_new}"])
-    task = build_task(cfg.task)
-    model, tok = load_policy(cfg.model)
+    if args.model == "tiny":  # the tests' random llama (peakier with a larger init) on the toy task: seconds
+        from rlvr.models import build_tiny_model
+        from rlvr.testing import ToyTask
+
+        task = ToyTask()
+        model, tok = build_tiny_model(0, initializer_range=0.2)
+    else:
+        task = build_task(cfg.task)
+        model, tok = load_policy(cfg.model)
     pad = tok.pad_token_id
     encoder = PromptEncoder(tok, cfg.task.system_prompt or task.system_prompt, cfg.max_prompt_length)
     problems = task.problems("train")[: args.prompts]

@@ -230,6 +230,18 @@ class PrecisionPolicy:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.compute_dtype)
 
+    def fsdp_mixed_precision_kwargs(self) -> dict[str, torch.dtype]:
+        """Keyword arguments for FSDP2's ``MixedPrecisionPolicy`` that implement this policy.
+
+        ``bf16`` → ``{"param_dtype": bfloat16, "reduce_dtype": float32}`` (sharded fp32 master weights,
+        bf16 compute copies, fp32 gradient reduction); every other mode → ``{}`` (FSDP keeps the
+        parameters' own dtype). Autocast in the forward stays harmless under it (bf16 inputs are not
+        cast again).
+        """
+        if self.mode != "bf16":
+            return {}
+        return {"param_dtype": self.compute_dtype, "reduce_dtype": self.reduce_dtype}
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (mode, requested, device, reason, dtypes, probe)."""
         out: dict[str, Any] = {

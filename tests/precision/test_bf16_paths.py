@@ -36,6 +36,18 @@ def test_auto_with_native_bf16_trains_bf16_with_fp32_master_weights(tmp_path, ti
     assert last["actor/rollout_logp_diff"] > 1e-4  # bf16 decode vs bf16-autocast training: a real gap
 
 
+def test_bf16_decode_copy_is_synced_before_each_round_after_fused_adamw(tmp_path, tiny, toy_task, monkeypatch):
+    tr = _trainer(tmp_path, tiny, toy_task, "1", monkeypatch, "max_steps=1")
+    assert tr.optimizer.defaults.get("fused")  # fused AdamW does not bump the parameters' version counters
+    tr.train()
+    stale = [not torch.equal(s.to(torch.bfloat16), d) for s, d in zip(tr.model.parameters(),
+                                                                       tr.engine._decode_model.parameters())]
+    assert any(stale)  # the update changed the weights; the copy still holds the old ones
+    tr.generate_batch()  # the next round syncs first
+    for src, dst in zip(tr.model.parameters(), tr.engine._decode_model.parameters()):
+        assert torch.equal(src.to(torch.bfloat16), dst)
+
+
 def test_auto_without_native_bf16_is_fp32_everywhere(tmp_path, tiny, toy_task, monkeypatch):
     tr = _trainer(tmp_path, tiny, toy_task, "0", monkeypatch, "max_steps=1")
     assert tr.precision.mode == "fp32" and tr.engine.decode_dtype == torch.float32

@@ -113,3 +113,10 @@ def test_decision_is_logged_once(monkeypatch, capsys):
     resolve_precision("auto")
     err = capsys.readouterr().err
     assert err.count("rlvr: precision bf16 (model.dtype=auto, cpu)") == 1
+
+
+def test_fsdp_kwargs_follow_the_mode():
+    assert resolve_precision("bf16", log=False).fsdp_mixed_precision_kwargs() == {
+        "param_dtype": torch.bfloat16, "reduce_dtype": torch.float32}
+    assert resolve_precision("fp32", log=False).fsdp_mixed_precision_kwargs() == {}
+    assert resolve_precision("bf16-pure", log=False).fsdp_mixed_precision_kwargs() == {}

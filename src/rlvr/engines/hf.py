@@ -16,9 +16,9 @@
   transformers' logits warpers);
 * **generation precision from the policy** — with ``precision`` whose ``generation_dtype`` differs from
   the model's weights (``model.dtype: bf16``: fp32 master weights, bf16 decode), the engine decodes with
-  a bf16 copy of the weights (half the weight and KV-cache bytes per decode step) and re-casts it only
-  when a parameter changed since the last call (torch's per-tensor version counters, bumped by every
-  in-place optimizer step); the behaviour log-probs are then those of the bf16 model that sampled.
+  a bf16 copy of the weights (half the weight and KV-cache bytes per decode step), re-cast before each
+  generation round of a new policy version (:meth:`HFEngine.sync_weights`; the trainer calls it); the
+  behaviour log-probs are then those of the bf16 model that sampled.
 
 Padding: contexts are left-padded; the attention mask hides the pads and explicit position ids
 (count of real tokens before a position) make a row's numbers independent of its batch-mates.
@@ -377,6 +377,7 @@ class HFEngine:
         self.precision = precision
         self._decode_model: Any = model  # the module decode runs (a cast copy under a bf16 policy)
         self._synced: tuple | None = None  # (data_ptr, _version) of every source parameter at the last sync
+        self._synced_version: int | None = None  # the policy version of the last versioned sync
         want = getattr(precision, "generation_dtype", None)
         have = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
         if want is not None and have is not None and want != have:
@@ -440,13 +441,20 @@ class HFEngine:
         """dtype of the weights the decode loop runs with."""
         return next(p.dtype for p in self._decode_model.parameters() if p.is_floating_point())
 
-    def sync_weights(self, force: bool = False) -> bool:
-        """Re-cast the decode copy from :attr:`model` if a parameter changed (or ``force``).
+    @property
+    def casts_weights(self) -> bool:
+        """True when the engine decodes from its own cast copy of :attr:`model` (which then needs syncs)."""
+        return self._decode_model is not self.model
 
-        Called at the start of every :meth:`generate`; a no-op without a cast copy. A change is a
-        parameter whose storage pointer or version counter differs from the last sync (every in-place
-        update through torch bumps the counter; writes through ``.data`` do not — call with
-        ``force=True`` after those, or :meth:`load_weights`).
+    def sync_weights(self, force: bool = False, *, version: int | None = None) -> bool:
+        """Re-cast the decode copy from :attr:`model` when it may be stale; a no-op without a cast copy.
+
+        With ``version`` (the trainer's optimizer-step count, passed before every generation round) the
+        copy is refreshed whenever the version differs from the last one synced: that is the reliable
+        signal, because torch's fused AdamW updates parameters without bumping their version counters.
+        Without it (``generate`` calls this itself) a parameter whose storage pointer or version counter
+        changed since the last sync triggers the refresh — enough for plain in-place updates and
+        ``load_state_dict``; ``force=True`` always refreshes.
 
         Returns:
             True when the copy was refreshed.
@@ -454,12 +462,16 @@ class HFEngine:
         if self._decode_model is self.model:
             return False
         fp = _param_fingerprint(self.model)
+        if version is not None:
+            force = force or version != self._synced_version
         if not force and fp == self._synced:
             return False
         with torch.no_grad():
             for src, dst in zip(self.model.parameters(), self._decode_model.parameters()):
                 dst.copy_(src)
         self._synced = fp
+        if version is not None:
+            self._synced_version = version
         return True
 
     # ---------------------------------------------------------------------------------------------

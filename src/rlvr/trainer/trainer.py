@@ -194,6 +194,9 @@ class Trainer:
             from rlvr.engines.hf import HFEngine
 
             engine = HFEngine(gen_model, tokenizer)
+        if self.weight_sync is None and getattr(engine, "casts_weights", False):
+            # a bf16 decode copy (model.dtype=bf16): re-cast once per policy version, before each round
+            self.weight_sync = lambda step, _e=engine: _e.sync_weights(version=step)
         self.engine = engine
         # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
         # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
