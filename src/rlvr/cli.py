@@ -131,17 +131,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.trainer.checkpoint import load_checkpoint
     from rlvr.trainer.trainer import Trainer
 
+    from rlvr.engines.factory import check_engine_config
+
     task = build_task(cfg.task)
     task.problems("train")  # surface data errors before the model loads
+    check_engine_config(cfg)
     model, tokenizer = load_policy(cfg.model)
     out = Path(cfg.logging.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
     trainer = Trainer(cfg, model, tokenizer, task)
-    if ckpt is not None:
-        load_checkpoint(trainer, ckpt)
-        print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
-    last = trainer.train()
+    try:
+        if ckpt is not None:
+            load_checkpoint(trainer, ckpt)
+            print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+        last = trainer.train()
+    finally:
+        trainer.close()  # stops a vLLM server the run started (also on Ctrl-C and errors)
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
     print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
     return 0

@@ -27,6 +27,7 @@ from rlvr.config_sections import (
     MuGRPOConfig,
     TaskConfig,
     UECConfig,
+    VLLMConfig,
     _Strict,
 )
 from rlvr.errors import ConfigError
@@ -88,6 +89,9 @@ class RLConfig(_Strict):
     overlong_penalty_factor: float = 1.0
     old_logprob_source: Literal["trainer", "sampler"] = "trainer"
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    # generation backend: "hf" (in-process, shares the trained module) or "vllm" (a server; section vllm)
+    engine: Literal["hf", "vllm"] = "hf"
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # composable parts (registries in rlvr.trainer.components / rlvr.trainer.schedule)
     sampler: str = "group"
     schedule: str = "on_policy"

@@ -34,8 +34,9 @@ import torch
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval")
-"""Config keys (and sections) that may change between a run and its resumption."""
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "vllm")
+"""Config keys (and sections) that may change between a run and its resumption (``vllm``: where and how the
+server runs, not what it computes)."""
 
 
 def capture_rng_state() -> dict[str, Any]:

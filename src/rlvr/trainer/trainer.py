@@ -20,6 +20,8 @@ from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
+from rlvr.engines.factory import build_engine
+from rlvr.engines.weight_sync import sync_policy
 from rlvr.errors import RlvrError
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -73,7 +75,11 @@ class Trainer:
         model: the policy (trained in place; fp32 on CPU).
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
-        engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
+        engine: generation backend; defaults to the one ``cfg.engine`` names
+            (:func:`rlvr.engines.factory.build_engine`: ``hf`` = :class:`rlvr.engines.hf.HFEngine` on
+            ``model``, ``vllm`` = a vLLM server the trainer owns and stops in :meth:`close`). Before each
+            generation round the trainer calls :func:`rlvr.engines.weight_sync.sync_policy`, which
+            pushes the current weights to an engine that does not share ``model`` (no-op otherwise).
         sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
             first_group_id=) -> RolloutBatch``; defaults to ``SAMPLERS[cfg.sampler]``. A sampler may
             score its batch itself (rewards set) and set advantages (e.g. tree advantages); the
@@ -106,12 +112,11 @@ class Trainer:
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if engine is None:
-            from rlvr.engines.hf import HFEngine
-
-            engine = HFEngine(model, tokenizer)
-        self.engine = engine
         validate_components(cfg)
+        self._owns_engine = engine is None
+        if engine is None:
+            engine = build_engine(cfg, model, tokenizer, self.output_dir)
+        self.engine = engine
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
         self.scorer = Scorer(
@@ -180,6 +185,9 @@ class Trainer:
         """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
         cfg = self.cfg
         timings: dict[str, float] = {}
+        t = time.perf_counter()
+        if sync_policy(self.engine, self.model, self.global_step):  # seam: weights to a non-colocated engine
+            timings["timing/weight_sync_s"] = time.perf_counter() - t
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
@@ -387,6 +395,12 @@ class Trainer:
             )
         if cfg.save_steps and self.global_step % cfg.save_steps == 0:
             self.save(self.output_dir / f"checkpoint-{self.global_step}")
+
+    def close(self) -> None:
+        """Release what the trainer started: the engine's server when the trainer built the engine
+        (idempotent; also runs at interpreter exit)."""
+        if self._owns_engine and hasattr(self.engine, "close"):
+            self.engine.close()
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config)."""

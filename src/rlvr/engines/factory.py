@@ -1,0 +1,150 @@
+"""Build the generation engine a run config names (``engine: hf | vllm``).
+
+``hf``: :class:`~rlvr.engines.hf.HFEngine` on the trained module itself (colocated, no sync).
+``vllm``: :class:`~rlvr.engines.vllm_engine.VLLMEngine` — the policy's current weights and tokenizer
+are written to a folder, a server is started on it (or ``vllm.url`` is used), and a
+:class:`~rlvr.engines.weight_sync.FilesystemWeightSync` pushes later weights.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.errors import ConfigError
+
+__all__ = ["build_engine", "check_engine_config", "engine_eos_ids", "vllm_dtype"]
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def engine_eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The tokenizer's eos id plus the model's ``generation_config.eos_token_id`` (int or list)."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen is not None:
+        ids.update(int(i) for i in ([gen] if isinstance(gen, int) else gen))
+    return ids
+
+
+def vllm_dtype(cfg: Any) -> str:
+    """The server's dtype name: ``vllm.dtype``, or for ``auto`` the policy's ``model.dtype`` when it
+    names a dtype (``float32``/``bfloat16``/``float16``); a precision *policy* value (e.g. ``auto``,
+    ``bf16``) maps to ``bfloat16`` when it says bf16, else ``float32``.
+
+    Interpretation: generation precision follows the training precision (issue 15 item 1), and vLLM
+    computes its log-softmax in fp32 whatever the weights' dtype.
+    """
+    if cfg.vllm.dtype != "auto":
+        return cfg.vllm.dtype
+    d = str(getattr(cfg.model, "dtype", "float32"))
+    if d in _TORCH_DTYPES:
+        return d
+    resolved = getattr(cfg.model, "resolved_dtype", None)  # a precision policy may expose its choice
+    if callable(resolved):
+        resolved = resolved()
+    if isinstance(resolved, str) and resolved in _TORCH_DTYPES:
+        return resolved
+    return "bfloat16" if "bf16" in d or "bfloat16" in d else "float32"
+
+
+def check_engine_config(cfg: Any) -> None:
+    """Cheap checks before any model loads.
+
+    Raises:
+        ConfigError: ``engine=vllm`` without ``vllm.url`` and ``vllm.python`` is not a file.
+    """
+    if cfg.engine != "vllm" or cfg.vllm.url:
+        return
+    if not Path(cfg.vllm.python).is_file():
+        raise ConfigError(
+            f"engine=vllm: vllm.python={cfg.vllm.python} does not exist. Build the vLLM environment with "
+            "`make vllm-env` (it creates .venv-vllm), set vllm.python=/path/to/its/bin/python, or connect "
+            "to a running server with vllm.url=http://HOST:PORT"
+        )
+
+
+def _scratch_dir(cfg: Any) -> tuple[Path, bool]:
+    """``(folder, created)``: ``vllm.sync_dir`` or a fresh temporary folder (the system's temp dir: not
+    ``/dev/shm``, whose pages would hold a second copy of the weights in RAM)."""
+    if cfg.vllm.sync_dir:
+        p = Path(cfg.vllm.sync_dir)
+        p.mkdir(parents=True, exist_ok=True)
+        return p, False
+    return Path(tempfile.mkdtemp(prefix="rlvr-vllm-")), True
+
+
+def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: str | Path) -> Any:
+    """The engine ``cfg.engine`` names, ready to generate from ``model``'s current weights.
+
+    Args:
+        cfg: the run config (``engine``, ``vllm``, ``seed``).
+        model: the policy (its current weights are what the server starts with).
+        tokenizer: its tokenizer (saved next to the weights for the server).
+        output_dir: run folder; the server log goes to ``<output_dir>/vllm_server.log`` unless
+            ``vllm.log_file`` says otherwise.
+
+    Returns:
+        an engine; a :class:`~rlvr.engines.vllm_engine.VLLMEngine` owns its server and temporary
+        folder and releases both in ``close()``.
+
+    Raises:
+        ConfigError: see :func:`check_engine_config`.
+        rlvr.engines.vllm_server.VLLMServerError: the server did not come up.
+    """
+    if cfg.engine == "hf":
+        from rlvr.engines.hf import HFEngine
+
+        return HFEngine(model, tokenizer)
+    check_engine_config(cfg)
+    from rlvr.engines.vllm_engine import VLLMClient, VLLMEngine
+    from rlvr.engines.vllm_server import VLLMServer, VLLMServerError
+    from rlvr.engines.weight_sync import FilesystemWeightSync
+
+    v = cfg.vllm
+    dtype = vllm_dtype(cfg)
+    scratch, created = _scratch_dir(cfg)
+    server = None
+    try:
+        if v.url:
+            client = VLLMClient(v.url, timeout_s=v.request_timeout_s)
+            names = client.models()
+            name = v.served_model_name if v.served_model_name in names or len(names) != 1 else names[0]
+            if name not in names:
+                raise VLLMServerError(f"vllm.url={v.url} serves {names}, not vllm.served_model_name={name!r}")
+        else:
+            policy_dir = scratch / "policy"
+            model.save_pretrained(policy_dir)
+            tokenizer.save_pretrained(policy_dir)
+            args = ["--dtype", dtype, "--seed", str(cfg.seed)]
+            if v.enforce_eager:
+                args.append("--enforce-eager")
+            if v.max_model_len:
+                args += ["--max-model-len", str(v.max_model_len)]
+            log = Path(v.log_file) if v.log_file else Path(output_dir) / "vllm_server.log"
+            server = VLLMServer(
+                v.python, policy_dir, host=v.host, port=v.port, args=[*args, *v.args], env=v.env, log_path=log,
+                startup_timeout_s=v.startup_timeout_s, served_model_name=v.served_model_name,
+            ).start()
+            client = VLLMClient(server.url, timeout_s=v.request_timeout_s)
+            name = v.served_model_name
+        sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype]) if v.weight_sync == "filesystem" else None
+        engine = VLLMEngine(
+            client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, weight_sync=sync,
+            max_concurrency=v.max_concurrency, server=server, weights_dtype=_TORCH_DTYPES[dtype],
+        )
+    except BaseException:
+        if server is not None:
+            server.close()
+        if created:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if created:
+        engine.on_close.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    return engine

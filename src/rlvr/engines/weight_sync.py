@@ -1,0 +1,170 @@
+"""Weight sync: how a generation engine that does not share the trainer's module gets new weights.
+
+The trainer (and, under ``torchrun``, the distributed wrapper) calls one function after the
+optimizer steps of a round and before the next generation::
+
+    sync_policy(engine, model, version)
+
+* an engine without ``update_weights`` (the colocated :class:`~rlvr.engines.hf.HFEngine`, which
+  samples from the very module being trained) needs nothing: it is a no-op;
+* an engine with ``update_weights(model, version)`` (the vLLM server engine) pushes the weights
+  through its :class:`WeightSync` — at most once per ``version``.
+
+A :class:`WeightSync` is the pluggable transport. :class:`FilesystemWeightSync` works everywhere
+(CPU included): write the weights as safetensors into a directory, pause the server (in-flight
+requests finish first), ``reload_weights`` from that directory, drop the prefix cache (its KV
+blocks were computed with the old weights), resume. vLLM's NCCL weight transfer
+(``/init_weight_transfer_engine`` + ``/update_weights``) needs a GPU and is not implemented here.
+
+Distributed: every rank calls :func:`sync_policy` at the same point; with ``torch.distributed``
+initialised only rank 0 writes and pushes (after the gradient all-reduce every rank holds the same
+weights) and all ranks then meet at a barrier, so no rank generates from stale weights.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["WeightSync", "FilesystemWeightSync", "sync_policy", "export_state_dict"]
+
+
+@runtime_checkable
+class WeightSync(Protocol):
+    """A transport that makes a server sample from new weights."""
+
+    def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> None:
+        """Deliver ``state_dict`` (HF checkpoint names) to the server behind ``client``.
+
+        Raises:
+            rlvr.engines.vllm_server.VLLMServerError: the server refused a step.
+        """
+        ...
+
+
+def export_state_dict(model: torch.nn.Module | Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The policy's tensors as a checkpoint would hold them: detached, contiguous, CPU, cast to
+    ``dtype`` (None keeps each tensor's dtype), and each storage once.
+
+    Tied weights (``lm_head.weight`` sharing ``model.embed_tokens.weight``) appear once, under the
+    first name of ``state_dict()`` order (the embedding); loaders of tied models (transformers,
+    vLLM) skip the missing head. safetensors refuses shared storages, hence the de-duplication.
+
+    Args:
+        model: a module or a name → tensor mapping.
+        dtype: the server's dtype (writing bf16 halves the bytes for a bf16 server).
+
+    Returns:
+        name → tensor.
+    """
+    sd = model.state_dict() if isinstance(model, torch.nn.Module) else dict(model)
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    for name, t in sd.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)) if t.device.type != "meta" else None
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen.add(key)
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        out[name] = t.to("cpu").contiguous()
+    return out
+
+
+class FilesystemWeightSync:
+    """Push weights by file: safetensors → ``directory/model.safetensors``, pause, reload, resume.
+
+    Args:
+        directory: where the file is written (a fresh temporary folder per run). The server must be able to read it (same machine or shared file system).
+        dtype: cast floating tensors to this dtype before writing (the server's dtype).
+
+    Attributes:
+        pushes: how many pushes completed.
+        bytes_written: bytes of the last file.
+
+    The file is written to a temporary name and renamed, so the server never reads a half-written
+    file. Source: vLLM 0.32 ``Worker.reload_weights(weights_path=...)`` through the dev-mode
+    ``/collective_rpc`` endpoint; ``/pause?mode=wait`` lets in-flight requests finish first.
+    """
+
+    def __init__(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
+        self.directory = Path(directory)
+        self.dtype = dtype
+        self.pushes = 0
+        self.bytes_written = 0
+
+    def write(self, state_dict: Mapping[str, torch.Tensor]) -> Path:
+        """Write ``state_dict`` as one safetensors file; returns its path."""
+        from safetensors.torch import save_file
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / "model.safetensors"
+        tmp = self.directory / ".model.safetensors.tmp"
+        save_file(export_state_dict(state_dict, self.dtype), str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, path)
+        self.bytes_written = path.stat().st_size
+        return path
+
+    def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> None:
+        """Write, then ``pause(wait)`` → ``reload_weights`` → ``reset_prefix_cache`` → ``resume``.
+
+        ``resume`` runs even when the reload fails, so the server is never left paused.
+
+        Raises:
+            rlvr.engines.vllm_server.VLLMServerError: a server call failed.
+        """
+        self.write(state_dict)
+        client.pause()
+        try:
+            client.collective_rpc("reload_weights", weights_path=str(self.directory))
+            client.reset_prefix_cache()
+        finally:
+            client.resume()
+        self.pushes += 1
+
+
+def _dist_rank() -> tuple[int, bool]:
+    """``(rank, initialised)`` of ``torch.distributed`` (``(0, False)`` when not in use)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), True
+    except Exception:
+        pass
+    return 0, False
+
+
+def sync_policy(engine: Any, model: torch.nn.Module, version: int) -> bool:
+    """Make ``engine`` sample from ``model``'s weights at optimizer-update count ``version``.
+
+    Args:
+        engine: any engine; one without ``update_weights`` is colocated (no-op).
+        model: the trained policy.
+        version: optimizer updates applied to ``model`` (the trainer's ``global_step``).
+
+    Returns:
+        True when weights were pushed (on this rank), False when nothing had to be done.
+
+    Under ``torch.distributed`` every rank must call this at the same point: rank 0 pushes, then all
+    ranks pass a barrier (the engine is one shared server; see docs/vllm.md).
+    """
+    update = getattr(engine, "update_weights", None)
+    if update is None:
+        return False
+    rank, distributed = _dist_rank()
+    pushed = False
+    if rank == 0:
+        pushed = bool(update(model, version))
+    elif hasattr(engine, "weights_version"):
+        engine.weights_version = version
+    if distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+    return pushed
