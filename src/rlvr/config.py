@@ -92,6 +92,8 @@ class RLConfig(_Strict):
     # generation backend: "hf" (in-process, shares the trained module) or "vllm" (a server; section vllm)
     engine: Literal["hf", "vllm"] = "hf"
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    # overlap: round k+1 is generated while round k trains; rows are exactly this many rounds stale (0 = off)
+    max_async_level: int = Field(0, ge=0)
     # composable parts (registries in rlvr.trainer.components / rlvr.trainer.schedule)
     sampler: str = "group"
     schedule: str = "on_policy"
@@ -139,9 +141,14 @@ class RLConfig(_Strict):
                 f"got {self.loss_agg_mode}",
                 stacklevel=2,
             )
-        if self.old_logprob_source == "sampler" and (self.top_p < 1 or self.top_k > 0):
+        if self.max_async_level > 0 and self.engine != "vllm":
+            raise ValueError(
+                f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "
+                "module being trained, so generation cannot overlap training (use max_async_level=0)"
+            )
+        if (self.old_logprob_source == "sampler" or self.max_async_level > 0) and (self.top_p < 1 or self.top_k > 0):
             warnings.warn(
-                "old_logprob_source=sampler with top_p<1 or top_k>0 biases the importance ratio: the "
+                "old_logprob_source=sampler (or max_async_level>0, which uses the sampler's log-probs) with top_p<1 or top_k>0 biases the importance ratio: the "
                 "sampler's log-probs come from a truncated distribution",
                 stacklevel=2,
             )

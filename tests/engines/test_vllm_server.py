@@ -16,8 +16,8 @@ import pytest
 
 from rlvr.engines.vllm_server import VLLMServer, VLLMServerError
 
-HERE = Path(__file__).parent
-SRC = HERE.parents[1] / "src"
+HERE = Path(__file__).parents[1]  # tests/, where fake_vllm_server.py lives
+SRC = HERE.parent / "src"
 
 
 @pytest.fixture()

@@ -32,6 +32,7 @@ from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
+from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
 from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.update import MaskFn, policy_update
@@ -138,7 +139,8 @@ class Trainer:
             self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
-        self.generation_round = 0
+        self.generation_round = 0  # rounds handed to training (what schedules read)
+        self.rollout_round = 0  # rounds generated (seeds, group ids); ahead of generation_round under overlap
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
         self._draw_count = 0
@@ -149,6 +151,9 @@ class Trainer:
         self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+        self._gen_version = 0  # policy version stamped on the rows being generated
+        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
+        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
 
     # ----------------------------------------------------------------------------- rollouts
     @property
@@ -158,19 +163,19 @@ class Trainer:
 
     def sampling_params(self) -> SamplingParams:
         """Sampling settings of the current generation round; the seed is derived from the run seed
-        and the round index, so a resumed run draws the same rollouts."""
+        and the round index (``rollout_round``), so a resumed run draws the same rollouts."""
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.generation_round * 7919) % 2**31,
+            seed=(c.seed * 1_000_003 + self.rollout_round * 7919) % 2**31,
         )
 
     def _draw(self, k: int) -> RolloutBatch:
         problems = self.loader.next(k)
-        first = self.generation_round * 1_000_000 + self._draw_count * k
+        first = self.rollout_round * 1_000_000 + self._draw_count * k
         self._draw_count += 1
         return self.sampler.sample(
-            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self.global_step,
+            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self._gen_version,
             first_group_id=first,
         )
 
@@ -181,13 +186,23 @@ class Trainer:
         )
         return logp
 
-    def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
-        """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs)."""
+    def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+        """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs).
+
+        Args:
+            policy_version: ``None`` (synchronous): push the current weights to the engine if needed
+                and stamp the rows with ``global_step``. An int (the overlap pipeline, running this in
+                a background thread): the engine already holds that version; nothing here reads the
+                module being trained, and behaviour log-probs are the engine's (``sampler_logp``).
+        """
         cfg = self.cfg
         timings: dict[str, float] = {}
-        t = time.perf_counter()
-        if sync_policy(self.engine, self.model, self.global_step):  # seam: weights to a non-colocated engine
-            timings["timing/weight_sync_s"] = time.perf_counter() - t
+        overlapped = policy_version is not None
+        if not overlapped:
+            t = time.perf_counter()
+            if sync_policy(self.engine, self.model, self.global_step):  # seam: weights to a non-colocated engine
+                timings["timing/weight_sync_s"] = time.perf_counter() - t
+        self._gen_version = self.global_step if policy_version is None else int(policy_version)
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
@@ -205,15 +220,22 @@ class Trainer:
         )
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
-        self.generation_round += 1
+        self.rollout_round += 1
+        if not overlapped:
+            self.generation_round = self.rollout_round
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        if (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
+        if overlapped:  # the trained module moves on meanwhile: only the engine's log-probs are the sampling version's
+            if batch.sampler_logp is None:
+                raise TrainingError(f"max_async_level={cfg.max_async_level}: sampler {cfg.sampler!r} gives no "
+                                    "behaviour log-probs (sampler_logp)")
+            batch.old_logp = batch.sampler_logp
+        elif (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
             t = time.perf_counter()
             batch.old_logp = self._logprobs(self.model, batch)
             timings["timing/old_logprob_s"] = time.perf_counter() - t
-        if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler":
+        if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler" and not overlapped:
             batch.old_logp = batch.sampler_logp
         if self.ref_model is not None:
             t = time.perf_counter()
@@ -224,7 +246,7 @@ class Trainer:
 
                 kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
                 batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
-        if self.updates_per_generation == 1:
+        if self.updates_per_generation == 1 and not overlapped:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
         if batch.advantages is None:
             assign_advantages(batch, cfg, self.adv_fn)
@@ -246,7 +268,8 @@ class Trainer:
             metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
             metrics["dynamic_sampling/kept_group_frac"] = cstats.groups_kept / max(cstats.groups_seen, 1)
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
-        self._last_samples = self._sample_rows(batch)
+        if not overlapped:
+            self._last_samples = self._sample_rows(batch)
         return batch, metrics
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
@@ -319,7 +342,11 @@ class Trainer:
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
-                    batch, gen_metrics = self.generate_batch()
+                    if self._pipeline is not None:
+                        batch, gen_metrics = self._pipeline.next()
+                        self._last_samples = self._sample_rows(batch)
+                    else:
+                        batch, gen_metrics = self.generate_batch()
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
@@ -347,6 +374,11 @@ class Trainer:
                 if not opt_batches:
                     logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
         finally:
+            if self._pipeline is not None:
+                try:
+                    self._pipeline.drain()  # no generation thread outlives train()
+                except Exception:
+                    pass
             logger.close()
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
@@ -399,9 +431,16 @@ class Trainer:
     def close(self) -> None:
         """Release what the trainer started: the engine's server when the trainer built the engine
         (idempotent; also runs at interpreter exit)."""
+        if self._pipeline is not None:
+            self._pipeline.close()
         if self._owns_engine and hasattr(self.engine, "close"):
             self.engine.close()
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
-        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config)."""
+        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config).
+
+        With overlap, the generation in flight is awaited first, so the checkpoint holds the queued
+        rounds and the loader position after them (exact resume)."""
+        if self._pipeline is not None and not hf_folder:
+            self._pipeline.drain()
         return save_checkpoint(self, path, hf_folder=hf_folder)
