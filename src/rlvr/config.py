@@ -135,6 +135,13 @@ class RLConfig(_Strict):
                 f"steps_per_generation={spg} optimizer batches of whole groups: {prompts} prompts is not "
                 f"divisible by {spg}"
             )
+        if self.kl_is_correction:
+            from rlvr.core.kl import check_kl_is_correction  # core is pure math: no import cycle
+
+            try:
+                check_kl_is_correction(self.kl_estimator)
+            except ValueError as exc:
+                raise ValueError(f"kl_is_correction / kl_estimator={self.kl_estimator!r}: {exc}") from None
         if self.importance_sampling_level == "sequence" and self.loss_agg_mode != "seq-mean-token-mean":
             warnings.warn(
                 "importance_sampling_level=sequence (GSPO) is meant with loss_agg_mode=seq-mean-token-mean; "

@@ -65,10 +65,16 @@ class TaskConfig(_Strict):
 
 
 class DynamicSamplingConfig(_Strict):
-    """DAPO dynamic sampling (``grpo_core.md`` §9.2)."""
+    """DAPO dynamic sampling (``grpo_core.md`` §9.2).
+
+    ``metric`` is what must vary within a group for it to be kept: ``acc`` (default, the verifier's
+    pass/fail, as DAPO and verl's ``filter_groups.metric=acc``), ``score`` (the verifier's score before
+    shaping), ``reward`` (the total after the overlong shaping: keeps all-wrong groups of mixed
+    lengths) or a reward component's name (see ``rlvr.trainer.rollout.filter_metric``).
+    """
 
     enable: bool = False
-    metric: str = "reward"
+    metric: str = "acc"
     max_num_gen_batches: int = Field(10, ge=0)
     on_exhausted: Literal["proceed", "error"] = "proceed"
     keep_excess: bool = False

@@ -117,8 +117,17 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
             model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
     _finish(model, tok)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable_gradient_checkpointing(model)
     return model, tok
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Turn on activation (gradient) checkpointing: ``activation_checkpointing_enable`` where
+    transformers has it (≥ 5.2x, where ``gradient_checkpointing_enable`` is a deprecated alias),
+    else ``gradient_checkpointing_enable``. The update then falls back from prompt sharing
+    (``rlvr.trainer.forward.shared_prompt_unavailable``)."""
+    fn = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    fn()
 
 
 def default_model_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:

@@ -153,14 +153,14 @@ def test_k3_plus_gradient_through_objective():
     assert g[0].tolist() == pytest.approx([0.25, -0.5], abs=1e-14)
 
 
-def test_kl_is_correction_multiplies_by_stopgrad_ratio():
+def test_kl_is_correction_k1_keeps_the_gradient_through_the_ratio():
     # token 0: ρ = 2, token 1: ρ = 1; A = 0 isolates the KL; k1 = logp − ref = [0.5, −1]
-    #   corrected:   mean(2·0.5, 1·(−1)) = 0 ; d/dlogp = sg(ρ)/2 = [1, 0.5]
+    #   corrected:   mean(2·0.5, 1·(−1)) = 0 ; d/dlogp (ρ·k1)/2 = ρ(k1 + 1)/2 = [1.5, 0]
     #   uncorrected: mean(0.5, −1) = −0.25   ; d/dlogp = [0.5, 0.5]
     logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[-1.0 - math.log(2.0), -2.0]], dtype=torch.float64)
     ref = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)
-    for corr, value, grad in ((True, 0.0, [1.0, 0.5]), (False, -0.25, [0.5, 0.5])):
+    for corr, value, grad in ((True, 0.0, [1.5, 0.0]), (False, -0.25, [0.5, 0.5])):
         settings = LossSettings(beta=1.0, kl_estimator="k1", kl_is_correction=corr)
         loss, _ = policy_objective(logp, old, torch.tensor([0.0]), torch.ones(1, 2), settings, None, ref_logp=ref)
         assert loss.item() == pytest.approx(value, abs=1e-14)

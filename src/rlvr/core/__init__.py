@@ -28,7 +28,7 @@ from rlvr.core.aggregation import (
     compute_denominators,
     merge_denominators,
 )
-from rlvr.core.kl import KL_ESTIMATORS, canonical_kl_estimator, kl_penalty
+from rlvr.core.kl import KL_ESTIMATORS, canonical_kl_estimator, check_kl_is_correction, kl_is_corrected, kl_penalty
 from rlvr.core.logprobs import entropy_from_logits, selective_log_softmax_and_entropy
 from rlvr.core.masks import combine_masks, truncation_mask
 from rlvr.core.objective import LossSettings, policy_objective, reduce_objective_metrics
@@ -54,6 +54,7 @@ __all__ = [
     "UnknownNameError",
     "aggregate",
     "canonical_kl_estimator",
+    "check_kl_is_correction",
     "check_group_sizes",
     "clipped_surrogate",
     "combine_masks",
@@ -64,6 +65,7 @@ __all__ = [
     "group_stats",
     "grpo_advantages",
     "importance_log_ratio",
+    "kl_is_corrected",
     "kl_penalty",
     "mean_group_std",
     "mean_pass_at_k",

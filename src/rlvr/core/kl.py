@@ -13,13 +13,28 @@ estimator   value                          expected on-policy gradient (context 
 
 A ``+`` suffix keeps the named value but takes ``k2``'s gradient (straight-through):
 ``KL = k2 − sg(k2) + sg(k_named)``.
+
+**Off-policy correction** (``kl_is_correction``, :func:`kl_is_corrected`). Tokens are sampled from
+``π_old``, not ``π``; the correction makes the expected gradient, over ``y ~ π_old``, equal to the
+reverse-KL gradient ``∇ KL(π ‖ π_ref)`` exactly, for every estimator it accepts. Two forms are needed
+because the estimators are of two kinds:
+
+* ``k1``, ``k3`` estimate the KL's *value* (``E_π[k] = KL(π ‖ π_ref)``): the importance-weighted value
+  ``ρ·k`` with the gradient kept through ``ρ = π/π_old`` has ``E_old[∇(ρ·k)] = ∇ E_π[k] = ∇KL``
+  (DeepSeek-V3.2 §3.1 "unbiased KL estimate"; TRL ``use_bias_correction_kl`` multiplies by the
+  undetached ratio). Detaching ``ρ`` instead gives ``E_π[(1 − π_ref/π)∇log π]`` for ``k3`` — the
+  *forward*-KL gradient — and 0 for ``k1``.
+* ``k2`` and every ``+`` estimator are *gradient* estimators (``E_π[∇k] = ∇KL`` on-policy, their value
+  is not the KL): ``sg(ρ)·k`` re-weights that gradient, ``E_old[sg(ρ)∇k] = E_π[∇k] = ∇KL``; keeping the
+  gradient through ``ρ`` would add ``E_π[k·∇log π] ≠ 0``.
+* ``abs`` is neither (a heuristic): no unbiased correction exists, and the combination is refused.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["KL_ESTIMATORS", "canonical_kl_estimator", "kl_penalty"]
+__all__ = ["KL_ESTIMATORS", "check_kl_is_correction", "canonical_kl_estimator", "kl_is_corrected", "kl_penalty"]
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
 _ALIASES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3", "abs": "abs"}
@@ -99,3 +114,67 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
         return value
     k2 = _kl_value(logp, ref_logp, "k2")
     return k2 - k2.detach() + value.detach()
+
+
+_RATIO_CLAMP = 20.0  # log ρ is clamped before exp, as in the policy loss (grpo_core.md §5.1)
+_VALUE_ESTIMATORS = ("k1", "k3")  # E_π[k] = KL(π‖π_ref): the correction keeps the gradient through ρ
+
+
+def check_kl_is_correction(estimator: str) -> str:
+    """The canonical estimator name if ``kl_is_correction`` can be made unbiased for it.
+
+    Raises:
+        ValueError: unknown estimator, or ``abs`` (no unbiased off-policy form: its expected gradient is
+            no KL's gradient to begin with); the message names the estimators that work.
+
+    Source: the module docstring (derived).
+    """
+    name = canonical_kl_estimator(estimator)
+    if name == "abs":
+        raise ValueError(
+            "kl_is_correction=true cannot be made unbiased for kl_estimator=abs (a heuristic whose gradient "
+            "is no KL's gradient); use k1, k2, k3 (or low_var_kl) or a '+' estimator such as abs+, or set "
+            "kl_is_correction=false"
+        )
+    return name
+
+
+def kl_is_corrected(
+    logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
+    """Per-token KL term corrected for sampling from ``π_old`` (``kl_is_correction``).
+
+    With ``ρ[i,t] = exp(clamp(logp − old_logp, −20, 20))`` (the per-token ratio, whatever the policy
+    loss's ``importance_sampling_level``: the KL is a per-token term):
+
+    * ``k1``, ``k3``: ``ρ · k`` with the gradient through ``ρ``;
+    * ``k2`` and ``+`` estimators: ``sg(ρ) · k``.
+
+    Either way ``E_{y~π_old}[∇ term] = ∇ KL(π ‖ π_ref)`` exactly (per token, context fixed; see the module
+    docstring), and the value is an unbiased estimate of the estimator's on-policy expectation. On
+    policy (``old_logp = sg(logp)``) the value is the plain estimator's; for ``k1``/``k3`` the gradient
+    then is the reverse-KL gradient too, which ``k3`` alone does not give (its gradient is the forward KL's).
+
+    Args:
+        logp: ``[N, T]`` current log-probs (requires grad in training).
+        old_logp: ``[N, T]`` behaviour log-probs the tokens were sampled with (detached here).
+        ref_logp: ``[N, T]`` reference log-probs (detached here).
+        estimator: a name accepted by :func:`check_kl_is_correction`.
+
+    Returns:
+        ``[N, T]`` corrected per-token KL term (nats).
+
+    Raises:
+        ValueError: ``abs``, an unknown estimator, or shapes differ.
+
+    Source: DeepSeek-V3.2 (2025) §3.1 "unbiased KL estimate" (k3 with the undetached ratio); TRL
+    ``use_bias_correction_kl`` (code-precedent); the ``sg(ρ)`` form for gradient estimators: derived.
+    """
+    name = check_kl_is_correction(estimator)
+    if tuple(old_logp.shape) != tuple(logp.shape):
+        raise ValueError(
+            f"kl_is_corrected: old_logp must have the shape of logp {tuple(logp.shape)}, got {tuple(old_logp.shape)}"
+        )
+    kl = kl_penalty(logp, ref_logp.detach(), name)
+    ratio = torch.exp((logp - old_logp.detach()).clamp(-_RATIO_CLAMP, _RATIO_CLAMP))
+    return ratio * kl if name in _VALUE_ESTIMATORS else ratio.detach() * kl

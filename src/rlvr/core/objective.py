@@ -25,7 +25,7 @@ from rlvr.core.aggregation import (
     aggregate,
     compute_denominators,
 )
-from rlvr.core.kl import canonical_kl_estimator, kl_penalty
+from rlvr.core.kl import canonical_kl_estimator, check_kl_is_correction, kl_is_corrected, kl_penalty
 from rlvr.core.masks import combine_masks
 from rlvr.core.policy_loss import IMPORTANCE_SAMPLING_LEVELS, get_policy_loss
 
@@ -59,14 +59,17 @@ class LossSettings:
         loss_scale_factor: ``C`` for ``seq-mean-token-sum-norm`` (required for that mode), ``> 0``.
         beta: KL coefficient ``>= 0``. kl_estimator: any name accepted by
             :func:`rlvr.core.kl.canonical_kl_estimator`; stored in canonical form (``"low_var_kl"`` →
-            ``"k3"``). kl_is_correction: multiply the per-token KL by ``sg(ρ)`` (TRL
-            ``use_bias_correction_kl``).
+            ``"k3"``). kl_is_correction: correct the per-token KL for sampling from ``π_old`` so that
+            its expected gradient is the reverse-KL gradient exactly (:func:`rlvr.core.kl.kl_is_corrected`:
+            ``ρ·k`` with the gradient through ``ρ`` for ``k1``/``k3``, as DeepSeek-V3.2 §3.1 and TRL
+            ``use_bias_correction_kl``; ``sg(ρ)·k`` for ``k2`` and ``+``); refused for ``abs``.
         entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef · agg(H)``).
         policy_loss: key of :data:`rlvr.core.policy_loss.POLICY_LOSSES` (checked when used, so variants
             may register theirs later).
 
     Raises:
-        ValueError: on construction, for any value outside the ranges above.
+        ValueError: on construction, for any value outside the ranges above, or ``kl_is_correction``
+            with ``kl_estimator=abs`` (no unbiased correction exists).
 
     Source: grpo_core.md §5–§8, §12, §13 (validation rules).
     """
@@ -115,6 +118,12 @@ class LossSettings:
             object.__setattr__(self, "kl_estimator", canonical_kl_estimator(self.kl_estimator))
         except ValueError as e:
             errs.append(str(e))
+        else:
+            if self.kl_is_correction:
+                try:
+                    check_kl_is_correction(self.kl_estimator)
+                except ValueError as e:
+                    errs.append(str(e))
         if errs:
             raise ValueError("LossSettings: " + "; ".join(errs))
 
@@ -195,7 +204,8 @@ def policy_objective(
             ``entropy``, or any error of the aggregation / loss functions.
         UnknownNameError: ``settings.policy_loss`` is not registered.
 
-    Source: grpo_core.md §10 (total loss), §7 (KL placement, ``kl_is_correction``), §8 (entropy
+    Source: grpo_core.md §10 (total loss), §7 (KL placement; ``kl_is_correction`` follows issue 12 and
+    DeepSeek-V3.2 §3.1 rather than §7's ``sg(ρ)``, which biases k3), §8 (entropy
     bonus), §11 (metrics), §4 (``old_logp = sg(logp)`` when ``μ = 1``).
     """
     fn = "policy_objective"
@@ -246,7 +256,8 @@ def policy_objective(
     if ref_logp is not None:
         if settings.beta > 0:
             kl_tok = kl_penalty(logp, ref_logp.detach(), settings.kl_estimator)
-            kl_term = kl_tok * info["ratio"].detach() if settings.kl_is_correction else kl_tok
+            kl_term = (kl_is_corrected(logp, old, ref_logp, settings.kl_estimator) if settings.kl_is_correction
+                       else kl_tok)
             loss_kl = settings.beta * agg(kl_term)
         else:
             with torch.no_grad():

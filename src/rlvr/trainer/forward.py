@@ -7,13 +7,16 @@ chunks (``rlvr.core.logprobs``). This is what keeps a CPU step fast and its memo
 When every row of a micro-batch has the same context (the completions of one group), the context
 runs once and its key/value states are reused by every completion (:func:`shared_context_hidden`):
 the same values and gradients as separate rows, with the prompt's cost paid once instead of ``G``
-times.
+times. Under gradient checkpointing (``model.gradient_checkpointing``) a training forward cannot keep
+those states (checkpointed layers drop their cache), so such calls run every row in full instead
+(:func:`shared_prompt_unavailable`), with a warning that says so; no-grad forwards still share.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -76,7 +79,7 @@ def completion_logprobs(
         raise ValueError("completion_logprobs: every row needs at least one context token")
     mask = batch.completion_mask > 0  # [n, T]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
-    if share_prompt and shares_context(batch):
+    if share_prompt and shares_context(batch) and not _warn_unshared(model):
         h = shared_context_hidden(model, batch, rows, cols, pad_token_id)  # [k, H]
     else:
         input_ids, attn, pred_pos = build_inputs(batch, pad_token_id)
@@ -95,6 +98,39 @@ def completion_logprobs(
     if ent_sel is not None:
         entropy = torch.zeros(mask.shape, dtype=ent_sel.dtype).index_put((rows, cols), ent_sel)
     return logp, entropy
+
+
+def shared_prompt_unavailable(model: Any) -> str | None:
+    """Why this call cannot share the prompt's key/value states, or None when it can.
+
+    Gradient checkpointing replays each decoder layer in the backward pass and therefore makes the
+    layers drop their KV cache whenever the model is training with grad enabled (transformers
+    ``GradientCheckpointingLayer``): the shared context's states would be ``None``. No-grad calls
+    (behaviour / reference log-probs) and eval mode keep the cache, so they still share.
+
+    Source: interpretation (issue 12 item 4): fall back per call, exact either way.
+    """
+    if not (torch.is_grad_enabled() and getattr(model, "training", False)):
+        return None
+    # what transformers' is_activation_checkpointing does, without its version-dependent name
+    if any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
+        return ("model.gradient_checkpointing is on: checkpointed layers keep no KV cache in a training "
+                "forward, so each group's prompt runs once per completion in the update (exact, slower)")
+    return None
+
+
+_warned_unshared: set[int] = set()
+
+
+def _warn_unshared(model: Any) -> bool:
+    """True (and a warning, once per model) when :func:`shared_prompt_unavailable` gives a reason."""
+    reason = shared_prompt_unavailable(model)
+    if reason is None:
+        return False
+    if id(model) not in _warned_unshared:
+        _warned_unshared.add(id(model))
+        warnings.warn(f"share_prompt_forward falls back to unshared rows: {reason}", stacklevel=3)
+    return True
 
 
 def shares_context(batch: RolloutBatch) -> bool:

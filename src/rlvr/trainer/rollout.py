@@ -26,6 +26,43 @@ def nonzero_variance_groups(values: torch.Tensor, group_id: torch.Tensor) -> tor
     return std > 0
 
 
+FILTER_METRICS: tuple[str, ...] = ("acc", "score", "reward")
+"""Built-in ``dynamic_sampling.metric`` values (a reward component's name is accepted too)."""
+
+
+def filter_metric(batch: RolloutBatch, name: str, verifier_score: torch.Tensor) -> torch.Tensor:
+    """``[N]`` values whose within-group variance decides which groups dynamic sampling keeps.
+
+    Args:
+        batch: a scored batch (after reward shaping).
+        name: ``"acc"`` (default): the verifier's pass/fail ``batch.correct`` (its score where a
+            sampler set no ``correct``); ``"score"``: the verifier's score before any shaping;
+            ``"reward"``: the total reward after shaping (overlong penalty); else the name of a
+            reward component.
+        verifier_score: ``[N]`` the batch's rewards as scored, before shaping.
+
+    Raises:
+        KeyError: ``name`` is neither built in nor a reward component (the message lists both).
+
+    Source: DAPO (Yu et al. 2025) §3.2 keeps groups with ``0 < #correct < G``; verl
+    ``algorithm.filter_groups.metric=acc`` (code-precedent). Filtering on the shaped reward instead
+    keeps all-wrong groups whose lengths differ, and gives short wrong answers a positive advantage.
+    """
+    if name == "acc":
+        return batch.correct.float() if batch.correct is not None else verifier_score
+    if name == "score":
+        return verifier_score
+    if name == "reward":
+        return batch.rewards
+    comp = batch.reward_components.get(name)
+    if comp is None:
+        raise KeyError(
+            f"dynamic_sampling.metric={name!r} is neither one of {', '.join(FILTER_METRICS)} nor a reward "
+            f"component (have: {', '.join(batch.reward_components) or 'none'})"
+        )
+    return comp
+
+
 def shape_rewards(batch: RolloutBatch, cfg: Any) -> None:
     """Add the DAPO soft overlong penalty to ``batch.rewards`` in place when configured (§9.3)."""
     if cfg.overlong_buffer_len:
@@ -74,7 +111,8 @@ def collect_generation_batch(
     """Draw and score rollouts for ``cfg.prompts_per_generation`` prompts.
 
     Without dynamic sampling this is one round. With ``dynamic_sampling.enable`` it repeats rounds,
-    keeping only groups with non-zero variance of the chosen metric, until ``P`` groups are kept
+    keeping only groups with non-zero variance of the chosen metric (:func:`filter_metric`; by default
+    the verifier's accuracy, read before the overlong shaping), until ``P`` groups are kept
     or ``max_num_gen_batches`` rounds are used (0 = unlimited); then ``on_exhausted`` decides
     (``proceed``: train on what was kept; ``error``: raise). Excess groups are dropped or, with
     ``keep_excess``, returned for the next call.
@@ -106,18 +144,14 @@ def collect_generation_batch(
     while n_kept < P and (ds.max_num_gen_batches == 0 or stats.rounds < ds.max_num_gen_batches):
         batch = draw(P)
         s = score(batch) if batch.rewards is None else ScoreStats()
+        verifier_score = batch.rewards.clone()
         shape_rewards(batch, cfg)
         stats.rounds += 1
         stats.score.errors += s.errors
         stats.score.calls += s.calls
         stats.score.last_error = s.last_error or stats.score.last_error
         stats.raw_batches.append(batch)
-        metric = batch.rewards if ds.metric == "reward" else batch.reward_components.get(ds.metric)
-        if metric is None:
-            raise KeyError(
-                f"dynamic_sampling.metric={ds.metric!r} is not a reward component "
-                f"(have: reward, {', '.join(batch.reward_components)})"
-            )
+        metric = filter_metric(batch, ds.metric, verifier_score)
         keep = nonzero_variance_groups(torch.nan_to_num(metric), batch.group_id)
         stats.groups_seen += len(torch.unique(batch.group_id))
         if keep.any():
