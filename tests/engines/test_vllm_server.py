@@ -94,15 +94,19 @@ def test_server_dies_with_its_owner(shim, tmp_path, how):
         srv = VLLMServer(sys.executable, {str(tmp_path)!r}, log_path={str(tmp_path / 'log')!r},
                          env={{"PYTHONPATH": {shim!r}, "FAKE_VLLM_PIDFILE": {str(tmp_path / 'pid')!r}}}).start()
         print("up", flush=True)
+        sys.stdin.readline()  # the test has read the server's pid
         if {how!r} == "exception":
             raise RuntimeError("owner crashed")
         time.sleep(60)
     """)
-    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "up"
         pid = int((tmp_path / "pid").read_text())
         assert _alive(pid)
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
         if how == "sigkill":
             owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=30)
