@@ -165,14 +165,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model_cfg = cfg.model.model_copy(update={"name_or_path": args.checkpoint}) if args.checkpoint else cfg.model
     if args.checkpoint and not Path(args.checkpoint).exists():
         raise ModelLoadError(f"--checkpoint {args.checkpoint}: no such folder")
+    from rlvr.engines.factory import build_engine, check_engine_config
+
+    check_engine_config(cfg)
     model, tokenizer = load_policy(model_cfg)
     e = cfg.eval
-    result = evaluate(
-        model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature, top_p=cfg.top_p,
-        max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
-        system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // e.num_samples),
-        seed=cfg.seed, limit=args.limit,
-    )
+    engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
+    try:
+        result = evaluate(
+            model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
+            system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // e.num_samples),
+            seed=cfg.seed, limit=args.limit, engine=engine,
+        )
+    finally:
+        if engine is not None:
+            engine.close()
     result["model"] = args.checkpoint or cfg.model.name_or_path
     path = Path(args.out) if args.out else Path(cfg.logging.output_dir) / f"eval_{args.tag}.json"
     write_eval(result, path)
