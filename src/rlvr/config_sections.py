@@ -261,7 +261,8 @@ class VLLMConfig(_Strict):
     stops it on exit, Ctrl-C or crash — or, with ``url`` set, connects to a running one (started with
     ``VLLM_SERVER_DEV_MODE=1`` and ``--logprobs-mode processed_logprobs``; it must read
     ``sync_dir``). ``dtype`` ``auto`` follows ``model.dtype``. ``max_model_len`` ``None`` = the
-    model's own limit. ``weight_sync: filesystem`` writes safetensors to ``sync_dir`` (``None``: a
+    model's own limit. ``cpu_kv_cache_gib``: the CPU backend's KV cache size (``VLLM_CPU_KVCACHE_SPACE``;
+without it vLLM reserves ~92 % of the machine's memory). ``weight_sync: filesystem`` writes safetensors to ``sync_dir`` (``None``: a
     fresh temporary folder) and reloads them after each round's
     optimizer steps; ``none`` never pushes (a frozen policy, e.g. evaluation).
     """
@@ -272,6 +273,7 @@ class VLLMConfig(_Strict):
     port: int = Field(0, ge=0, le=65535)
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    cpu_kv_cache_gib: float = Field(2.0, gt=0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     enforce_eager: bool = False
     max_model_len: int | None = Field(None, ge=1)

@@ -194,3 +194,26 @@ def test_config_vllm_python_missing_is_a_config_error(tmp_path):
     check_engine_config(build_config(overrides=["engine=vllm", "vllm.url=http://127.0.0.1:1"]))  # url: no local python needed
     with pytest.raises(ConfigError, match="vllm.url must start with http"):
         build_config(overrides=["engine=vllm", "vllm.url=localhost:8000"])
+
+
+def test_served_policy_is_untied_with_the_same_outputs(tmp_path):
+    """rlvr's servers get tied models untied (vLLM CPU keeps a prepacked head that an embedding-only
+    reload would leave stale); the folder loads back to the same logits, and pushes carry the head."""
+    import json
+
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.engines.factory import write_served_policy
+
+    policy, tok = build_tiny_model(0)
+    d = write_served_policy(policy, tok, tmp_path / "policy", torch.float32)
+    assert json.loads((d / "config.json").read_text())["tie_word_embeddings"] is False
+    sd = load_file(str(d / "model.safetensors"))
+    assert torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"])
+    x = torch.tensor([[1, 5, 6, 7]])
+    assert torch.allclose(AutoModelForCausalLM.from_pretrained(d)(x).logits, policy(x).logits, atol=1e-6)
+    pushed = FilesystemWeightSync(tmp_path / "w", tied="clone").write(policy.state_dict())
+    assert "lm_head.weight" in load_file(str(pushed))
+    with pytest.raises(ValueError, match="tied must be"):
+        export_state_dict(policy, tied="keep")

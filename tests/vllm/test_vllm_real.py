@@ -29,7 +29,7 @@ TINY = dict(hidden_size=128, num_heads=2, num_kv_heads=2, intermediate_size=256,
 
 def vllm_overrides(tmp, *extra):
     return ["engine=vllm", f"vllm.python={PY}", "vllm.enforce_eager=true", "vllm.max_model_len=512",
-            "vllm.dtype=float32", "vllm.env={VLLM_CPU_KVCACHE_SPACE: '1'}", "vllm.startup_timeout_s=900",
+            "vllm.dtype=float32", "vllm.cpu_kv_cache_gib=1", "vllm.startup_timeout_s=900",
             f"vllm.log_file={tmp}/vllm_server.log", *extra]
 
 

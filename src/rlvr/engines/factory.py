@@ -17,7 +17,7 @@ import torch
 
 from rlvr.errors import ConfigError
 
-__all__ = ["build_engine", "check_engine_config", "engine_eos_ids", "vllm_dtype"]
+__all__ = ["build_engine", "check_engine_config", "engine_eos_ids", "vllm_dtype", "write_served_policy"]
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -80,6 +80,38 @@ def _scratch_dir(cfg: Any) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix="rlvr-vllm-")), True
 
 
+def write_served_policy(model: torch.nn.Module, tokenizer: Any, folder: Path, dtype: torch.dtype) -> Path:
+    """Write the Hugging Face folder a server starts from: config, generation config, tokenizer and the
+    current weights (one safetensors file, in the server's ``dtype``).
+
+    A model with tied input/output embeddings is written **untied** (``tie_word_embeddings: false``
+    and ``lm_head.weight`` stored as a copy): vLLM 0.32's CPU backend prepacks the output head for its
+    GEMM kernels, and a later in-place ``reload_weights`` that loads only the shared embedding leaves
+    the packed head stale; with its own ``lm_head.weight`` the head is reloaded and repacked. The
+    values served are the same; the cost is one more vocabulary × hidden matrix in the server.
+
+    Returns:
+        ``folder``.
+    """
+    import copy as _copy
+
+    from safetensors.torch import save_file
+
+    from rlvr.engines.weight_sync import export_state_dict
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = _copy.deepcopy(model.config)
+    if getattr(config, "tie_word_embeddings", False):
+        config.tie_word_embeddings = False
+    config.save_pretrained(folder)
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        gen.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    save_file(export_state_dict(model, dtype, tied="clone"), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
 def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: str | Path) -> Any:
     """The engine ``cfg.engine`` names, ready to generate from ``model``'s current weights.
 
@@ -119,9 +151,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
             if name not in names:
                 raise VLLMServerError(f"vllm.url={v.url} serves {names}, not vllm.served_model_name={name!r}")
         else:
-            policy_dir = scratch / "policy"
-            model.save_pretrained(policy_dir)
-            tokenizer.save_pretrained(policy_dir)
+            policy_dir = write_served_policy(model, tokenizer, scratch / "policy", _TORCH_DTYPES[dtype])
             args = ["--dtype", dtype, "--seed", str(cfg.seed)]
             if v.enforce_eager:
                 args.append("--enforce-eager")
@@ -129,12 +159,15 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
                 args += ["--max-model-len", str(v.max_model_len)]
             log = Path(v.log_file) if v.log_file else Path(output_dir) / "vllm_server.log"
             server = VLLMServer(
-                v.python, policy_dir, host=v.host, port=v.port, args=[*args, *v.args], env=v.env, log_path=log,
+                v.python, policy_dir, host=v.host, port=v.port, args=[*args, *v.args], log_path=log,
+                env={"VLLM_CPU_KVCACHE_SPACE": f"{v.cpu_kv_cache_gib:g}", **v.env},  # env wins
                 startup_timeout_s=v.startup_timeout_s, served_model_name=v.served_model_name,
             ).start()
             client = VLLMClient(server.url, timeout_s=v.request_timeout_s)
             name = v.served_model_name
-        sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype]) if v.weight_sync == "filesystem" else None
+        # servers rlvr starts serve tied models untied (write_served_policy): push the head too
+        tied = "clone" if server is not None else "drop"
+        sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype], tied=tied) if v.weight_sync == "filesystem" else None
         engine = VLLMEngine(
             client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, weight_sync=sync,
             max_concurrency=v.max_concurrency, server=server, weights_dtype=_TORCH_DTYPES[dtype],

@@ -45,34 +45,46 @@ class WeightSync(Protocol):
         ...
 
 
-def export_state_dict(model: torch.nn.Module | Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """The policy's tensors as a checkpoint would hold them: detached, contiguous, CPU, cast to
-    ``dtype`` (None keeps each tensor's dtype), and each storage once.
+def export_state_dict(
+    model: torch.nn.Module | Mapping[str, torch.Tensor], dtype: torch.dtype | None = None, *, tied: str = "drop"
+) -> dict[str, torch.Tensor]:
+    """The policy's tensors as a checkpoint holds them: detached, contiguous, CPU, cast to ``dtype``
+    (None keeps each tensor's dtype).
 
-    Tied weights (``lm_head.weight`` sharing ``model.embed_tokens.weight``) appear once, under the
-    first name of ``state_dict()`` order (the embedding); loaders of tied models (transformers,
-    vLLM) skip the missing head. safetensors refuses shared storages, hence the de-duplication.
+    Tied weights (``lm_head.weight`` sharing ``model.embed_tokens.weight``): ``tied="drop"`` keeps
+    each storage once, under the first name in ``state_dict()`` order (the embedding; loaders of tied
+    models skip the missing head); ``tied="clone"`` writes every name, the later ones as copies — for
+    a server that serves the model untied (see :class:`FilesystemWeightSync`). safetensors refuses
+    shared storages either way.
 
     Args:
         model: a module or a name → tensor mapping.
         dtype: the server's dtype (writing bf16 halves the bytes for a bf16 server).
+        tied: ``"drop"`` or ``"clone"``.
 
     Returns:
         name → tensor.
+
+    Raises:
+        ValueError: another ``tied`` value.
     """
+    if tied not in ("drop", "clone"):
+        raise ValueError(f"export_state_dict: tied must be 'drop' or 'clone', got {tied!r}")
     sd = model.state_dict() if isinstance(model, torch.nn.Module) else dict(model)
     out: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, t in sd.items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)) if t.device.type != "meta" else None
-        if key is not None and key in seen:
+        shared = key is not None and key in seen
+        if shared and tied == "drop":
             continue
         if key is not None:
             seen.add(key)
         t = t.detach()
         if dtype is not None and t.is_floating_point():
             t = t.to(dtype)
-        out[name] = t.to("cpu").contiguous()
+        t = t.to("cpu").contiguous()
+        out[name] = t.clone() if shared else t
     return out
 
 
@@ -82,6 +94,10 @@ class FilesystemWeightSync:
     Args:
         directory: where the file is written (a fresh temporary folder per run). The server must be able to read it (same machine or shared file system).
         dtype: cast floating tensors to this dtype before writing (the server's dtype).
+        tied: how tied tensors are written (:func:`export_state_dict`); rlvr's own servers serve tied
+            models untied and get ``"clone"``: vLLM 0.32's CPU backend prepacks the output head for its
+            GEMM kernels, and an in-place reload that only loads the (shared) embedding leaves the
+            packed head stale (measured: generation ignored a pushed head change).
 
     Attributes:
         pushes: how many pushes completed.
@@ -92,9 +108,10 @@ class FilesystemWeightSync:
     ``/collective_rpc`` endpoint; ``/pause?mode=wait`` lets in-flight requests finish first.
     """
 
-    def __init__(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, directory: str | Path, dtype: torch.dtype | None = None, *, tied: str = "drop") -> None:
         self.directory = Path(directory)
         self.dtype = dtype
+        self.tied = tied
         self.pushes = 0
         self.bytes_written = 0
 
@@ -105,7 +122,7 @@ class FilesystemWeightSync:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / "model.safetensors"
         tmp = self.directory / ".model.safetensors.tmp"
-        save_file(export_state_dict(state_dict, self.dtype), str(tmp), metadata={"format": "pt"})
+        save_file(export_state_dict(state_dict, self.dtype, tied=self.tied), str(tmp), metadata={"format": "pt"})
         os.replace(tmp, path)
         self.bytes_written = path.stat().st_size
         return path
