@@ -1,8 +1,16 @@
 """Time one GRPO step per phase, measure the machine's fp32 matmul rate, and (optionally) compare with TRL.
 
 Settings (fixed, as in issue 3): ``--prompts 8`` prompts × ``--gens 8`` completions, ``--max-new 128``
-new tokens, ``beta=0``, one iteration (μ = 1), fp32, no gradient checkpointing, reasoning-gym
-``chain_sum``, temperature 1, learning rate 1e-6, micro-batches of 8 rows.
+new tokens, ``beta=0``, one iteration (μ = 1), no gradient checkpointing, reasoning-gym
+``chain_sum``, temperature 1, learning rate 1e-6, micro-batches of 8 rows. Precision: ``--dtype``
+(``model.dtype``, default ``auto``: what the precision policy picks on this machine; issue 15).
+
+It prints the machine first (``benchmarks/machine.py``: CPU model, torch capability, bf16 flags, fp32 and
+bf16 matmul GFLOP/s). **Compute floor** of a step: the FLOPs of the training phase (below) plus those of
+generation (``2 × P_body × (prompt + generated tokens) + 2 × V·H × generated tokens``: prefill once per
+prompt, the LM head once per decoded token) divided by the matmul rate of the precision the step runs
+its matmuls in (fp32 or bf16, best over the model's shapes, measured in the same run); ``step / floor`` is
+reported per step.
 
 Phases of an rlvr step (measured on the real training code path, ``Trainer.train``):
 
@@ -22,7 +30,8 @@ is those FLOPs over ``logprobs + backward`` seconds, reported as a fraction of t
 rate, measured in the same run as the best of ``torch.mm`` on the model's own shapes
 (``[4096, H] @ [H, I]``, ``[4096, I] @ [I, H]``, ``[4096, H] @ [H, H]``).
 
-``--trl`` adds TRL's ``GRPOTrainer`` (``pip install trl==1.16.0``, the ``[bench]`` extra) on the very same
+``--trl`` adds TRL's ``GRPOTrainer`` (at its best precision here: ``bf16=True`` where the policy picks
+bf16, else fp32) (``pip install trl==1.16.0``, the ``[bench]`` extra) on the very same
 model object (loaded with :func:`rlvr.models.load_policy`), task, prompts, reward and settings
 (``per_device_train_batch_size=8``, ``gradient_accumulation_steps=8`` → 64 completions, one optimizer
 step per generation, ``gradient_checkpointing=False``, ``beta=0``, ``num_iterations=1``), timing each
@@ -57,8 +66,9 @@ RESULTS = Path(__file__).parent / "results" / "bench_step.json"
 
 
 # ------------------------------------------------------------------------------------------ machine
-def matmul_gflops(hidden: int, inter: int, rows: int = 4096, repeats: int = 5) -> dict[str, float]:
-    """fp32 ``torch.mm`` GFLOP/s on the model's own shapes; ``best`` is the maximum over shapes.
+def matmul_gflops(hidden: int, inter: int, rows: int = 4096, repeats: int = 5,
+                  dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """``torch.mm`` GFLOP/s in ``dtype`` on the model's own shapes; ``best`` is the maximum over shapes.
 
     Each shape is warmed up once and timed as the best of ``repeats`` runs (2·m·k·n FLOPs per mm).
     """
@@ -68,7 +78,7 @@ def matmul_gflops(hidden: int, inter: int, rows: int = 4096, repeats: int = 5) -
         "inter_to_hidden": (rows, inter, hidden),
         "hidden_to_hidden": (rows, hidden, hidden),
     }.items():
-        a, b = torch.randn(m, k), torch.randn(k, n)
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
         torch.mm(a, b)
         best = float("inf")
         for _ in range(repeats):
@@ -100,7 +110,7 @@ def build(args: argparse.Namespace, out_dir: Path):
         f"max_completion_length={args.max_new}", "max_prompt_length=256", "learning_rate=1e-6",
         "temperature=1.0", f"max_steps={args.steps}", f"logging.output_dir={out_dir}",
         "logging.progress=false", "logging.tensorboard=false", "logging.log_completions_steps=0",
-        f"model.name_or_path={args.model if args.model != 'tiny' else 'default'}",
+        f"model.name_or_path={args.model if args.model != 'tiny' else 'default'}", f"model.dtype={args.dtype}",
     ] + list(args.override)
     cfg = build_config(overrides=overrides)
     task = build_task(cfg.task)
@@ -112,7 +122,7 @@ def build(args: argparse.Namespace, out_dir: Path):
 
 
 # ------------------------------------------------------------------------------------------ rlvr
-def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
+def bench_rlvr(args: argparse.Namespace, gflops: float, floor_gflops: float | None = None) -> dict[str, Any]:
     import rlvr.trainer.update as upd
     from rlvr.trainer.forward import shares_context
     from rlvr.trainer.trainer import Trainer
@@ -121,6 +131,8 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
     cfg, task, model, tok = build(args, out_dir)
     sizes = model_sizes(model)
     tr = Trainer(cfg, model, tok, task)
+    print(f"rlvr precision: {tr.precision.mode} ({tr.precision.reason}); engine decodes in "
+          f"{str(tr.engine.decode_dtype).removeprefix('torch.')}", flush=True)
     acc = {"logprobs": 0.0, "optimizer": 0.0, "body_tokens": 0, "completion_tokens": 0}
     orig_clp = upd.completion_logprobs
 
@@ -162,6 +174,9 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
         fwd, opt = acc["logprobs"], acc["optimizer"]
         train_s = update_s - opt  # forward + loss + backward
         flops = 6 * sizes["body"] * acc["body_tokens"] + 6 * sizes["embedding"] * acc["completion_tokens"]
+        prompt_tokens = acc["body_tokens"] - acc["completion_tokens"]  # each group's prompt, counted once
+        gen_flops = 2 * sizes["body"] * acc["body_tokens"] + 2 * sizes["embedding"] * acc["completion_tokens"]
+        floor_s = (flops + gen_flops) / 1e9 / (floor_gflops or gflops)
         row = {
             "step_s": now - t_prev[0],
             "generate_s": m.get("timing/generate_s", 0.0),
@@ -177,6 +192,10 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
             "train_gflops": flops / 1e9,
             "train_gflop_per_s": flops / max(train_s, 1e-9) / 1e9,
             "matmul_fraction": flops / max(train_s, 1e-9) / 1e9 / gflops,
+            "gen_gflops": gen_flops / 1e9,
+            "prompt_tokens": prompt_tokens,
+            "floor_s": floor_s,
+            "step_over_floor": (now - t_prev[0]) / floor_s,
             "reward_mean": m.get("reward/mean"),
             "completion_mean_length": m.get("completions/mean_length"),
         }
@@ -202,7 +221,7 @@ def bench_rlvr(args: argparse.Namespace, gflops: float) -> dict[str, Any]:
         upd.completion_logprobs = orig_clp
         torch.nn.utils.clip_grad_norm_ = orig_clip
         tr.scorer.close() if hasattr(tr.scorer, "close") else None
-    res: dict[str, Any] = {"model_params": sizes, "steps": steps}
+    res: dict[str, Any] = {"model_params": sizes, "steps": steps, "precision": tr.precision.as_dict()}
     if prof is not None:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         res["profile_top"] = table
@@ -249,7 +268,7 @@ def bench_trl(args: argparse.Namespace, partial: Any = None) -> dict[str, Any]:
         output_dir=str(out_dir), max_steps=args.trl_steps, per_device_train_batch_size=8,
         gradient_accumulation_steps=args.prompts * args.gens // 8, num_generations=args.gens,
         max_completion_length=args.max_new, beta=0.0, num_iterations=1, learning_rate=1e-6,
-        temperature=1.0, gradient_checkpointing=False, bf16=False, fp16=False, use_cpu=True,
+        temperature=1.0, gradient_checkpointing=False, bf16=args.trl_bf16, fp16=False, use_cpu=True,
         logging_steps=1, report_to="none", save_strategy="no", seed=0, log_completions=False,
         dataloader_num_workers=0,
     )
@@ -275,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer and print the ratio")
     p.add_argument("--trl-steps", type=int, default=2)
     p.add_argument("--trl-first", action="store_true", help="run TRL before rlvr")
+    p.add_argument("--dtype", default="auto", help="model.dtype for rlvr (auto, fp32, bf16, bf16-pure); TRL gets "
+                   "bf16=True exactly when this resolves to bf16")
     p.add_argument("--rlvr-json", help="take the rlvr results from this earlier output instead of running rlvr "
                    "(lets rlvr and TRL run as two separate ≤ 12-minute heavy runs)")
     p.add_argument("--profile", action="store_true", help="torch.profiler over the rlvr steps (top ops)")
@@ -284,7 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from rlvr.models import build_tiny_model
+    from rlvr.precision import resolve_precision
 
+    from machine import print_machine  # benchmarks/machine.py
+
+    machine = print_machine()
+    policy = resolve_precision(args.dtype, log=False)
+    args.trl_bf16 = policy.mode == "bf16"
     if args.model == "tiny":
         m, _ = build_tiny_model(0)
     else:
@@ -297,11 +324,18 @@ def main(argv: list[str] | None = None) -> int:
     mm = matmul_gflops(hidden, inter)
     print(f"fp32 matmul GFLOP/s (torch {torch.__version__}, {torch.get_num_threads()} threads): "
           + ", ".join(f"{k} {v:.1f}" for k, v in mm.items()), flush=True)
+    mm_bf16 = matmul_gflops(hidden, inter, rows=512, repeats=2, dtype=torch.bfloat16)
+    print("bf16 matmul GFLOP/s (512 rows): " + ", ".join(f"{k} {v:.1f}" for k, v in mm_bf16.items()), flush=True)
+    floor_rate = mm_bf16["best"] if policy.compute_dtype == torch.bfloat16 else mm["best"]
     result: dict[str, Any] = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
                     "threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
         "matmul_gflop_per_s": mm,
+        "matmul_gflop_per_s_bf16": mm_bf16,
+        "precision": policy.as_dict(),
+        "machine_probe": machine,
+        "floor_gflop_per_s": floor_rate,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -313,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["rlvr"] = prev["rlvr"]
                 result["rlvr_from"] = {"file": args.rlvr_json, "matmul_gflop_per_s": prev.get("matmul_gflop_per_s")}
             else:
-                result["rlvr"] = bench_rlvr(args, mm["best"])
+                result["rlvr"] = bench_rlvr(args, floor_rate, floor_rate)
         elif args.trl:
             result["trl"] = bench_trl(args, partial=lambda r: out.write_text(json.dumps({**result, "trl": r}, indent=2, default=str)))
         out.write_text(json.dumps(result, indent=2, default=str))  # partial results survive a timeout
@@ -322,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = result["rlvr"]["steps"]
     med = {k: statistics.median(s[k] for s in steps) for k in steps[0] if isinstance(steps[0][k], (int, float))}
     result["rlvr"]["median"] = med
-    print("\nrlvr, median over %d steps (%d prompts × %d, %d new tokens, fp32):" % (len(steps), args.prompts, args.gens, args.max_new))
+    print("\nrlvr, median over %d steps (%d prompts × %d, %d new tokens, %s):" % (
+        len(steps), args.prompts, args.gens, args.max_new, policy.mode))
     print(f"{'phase':<14}{'seconds':>10}{'share':>8}")
     for k in ("generate_s", "score_s", "logprobs_s", "backward_s", "optimizer_s"):
         print(f"{k[:-2]:<14}{med[k]:>10.2f}{med[k] / med['step_s']:>8.0%}")
@@ -330,11 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generated tok/s {med['generated_tokens_per_s']:.1f}; trained tok/s {med['train_tokens_per_s']:.1f}; "
           f"training {med['train_gflop_per_s']:.1f} GFLOP/s = {med['matmul_fraction']:.0%} of measured matmul "
           f"{mm['best']:.1f} GFLOP/s (after: {mm_after['best']:.1f})")
+    print(f"compute floor {med['floor_s']:.1f} s ({med['train_gflops'] + med['gen_gflops']:.0f} GFLOP at "
+          f"{floor_rate:.1f} GFLOP/s, {policy.mode}); step / floor = {med['step_over_floor']:.2f}x (target <= 2x)")
     if "trl" in result and result["trl"]["step_s"]:
         trl_med = statistics.median(result["trl"]["step_s"])
         result["ratio_rlvr_over_trl"] = med["step_s"] / trl_med
         print(f"TRL GRPOTrainer median step {trl_med:.1f} s over {len(result['trl']['step_s'])} steps; "
-              f"rlvr/TRL = {result['ratio_rlvr_over_trl']:.2f}x (target <= 0.4x)")
+              f"rlvr/TRL = {result['ratio_rlvr_over_trl']:.2f}x (target <= 0.3x, issue 15)")
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")
     return 0

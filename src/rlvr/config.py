@@ -88,6 +88,13 @@ class RLConfig(_Strict):
     overlong_buffer_len: int | None = Field(None, ge=1)
     overlong_penalty_factor: float = 1.0
     old_logprob_source: Literal["trainer", "sampler"] = "trainer"
+    # rollout/training mismatch correction (TRL's names; rlvr.core.rollout_is): off by default
+    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        "token_truncate"
+    )
+    vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0)
+    vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     # generation backend: "hf" (in-process, shares the trained module) or "vllm" (a server; section vllm)
     engine: Literal["hf", "vllm"] = "hf"
@@ -147,6 +154,29 @@ class RLConfig(_Strict):
                 "importance_sampling_level=sequence (GSPO) is meant with loss_agg_mode=seq-mean-token-mean; "
                 f"got {self.loss_agg_mode}",
                 stacklevel=2,
+            )
+        if self.vllm_importance_sampling_correction:
+            lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(
+                    f"vllm_importance_sampling_clip_min={lo} > vllm_importance_sampling_clip_max={hi}"
+                )
+            if self.old_logprob_source == "sampler" and self.steps_per_generation * self.num_iterations > 1:
+                raise ValueError(
+                    "vllm_importance_sampling_correction with old_logprob_source=sampler: the PPO ratio is "
+                    "already taken against the engine's log-probs, so there is no trainer-side old policy to "
+                    "correct towards; use old_logprob_source=trainer"
+                )
+            if self.top_p < 1 or self.top_k > 0:
+                warnings.warn(
+                    "vllm_importance_sampling_correction with top_p<1 or top_k>0: the engine's log-probs come "
+                    "from the truncated distribution, so the correction also reweights the truncation",
+                    stacklevel=2,
+                )
+        if self.max_async_level > 0 and self.vllm_importance_sampling_correction:
+            raise ValueError(
+                f"vllm_importance_sampling_correction with max_async_level={self.max_async_level}: overlapped rounds "
+                "take their old log-probs from the engine, so there is no trainer-side old policy to correct towards"
             )
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
@@ -212,6 +242,9 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "overlong_buffer.penalty_factor": ("overlong_penalty_factor", None),
     "data.max_response_length": ("max_completion_length", None),
     "lr": ("learning_rate", None),
+    "tis_imp_ratio_cap": ("vllm_importance_sampling_clip_max", None),
+    "rollout_is_threshold": ("vllm_importance_sampling_clip_max", None),
+    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", None),
     "steps": ("max_steps", None),
     "uec.num_explore_generations": ("uec.explore_num_generations", None),
     "mu_grpo.mu": ("steps_per_generation", None),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -18,14 +18,25 @@ class _Strict(BaseModel):
 
 class ModelConfig(_Strict):
     """Which policy to load. ``name_or_path``: ``default`` (embedded SmolLM2-135M-Instruct), a local
-    folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network)."""
+    folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network).
+
+    ``dtype`` is the precision policy (:mod:`rlvr.precision`): ``auto`` (bf16 autocast where bf16 is
+    native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights)
+    or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
+    ``fp16-pure``."""
 
     name_or_path: str = "default"
     gguf_file: str | None = None
     cache_dir: str | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "fp16-pure"] = "auto"
     revision: str | None = None
     gradient_checkpointing: bool = False
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype_alias(cls, v: Any) -> Any:
+        aliases = {"float32": "fp32", "bfloat16": "bf16-pure", "float16": "fp16-pure", "fp16": "fp16-pure"}
+        return aliases.get(v.strip().lower(), v.strip().lower()) if isinstance(v, str) else v
 
 
 class TaskConfig(_Strict):

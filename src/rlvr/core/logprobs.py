@@ -6,7 +6,9 @@ pass **and** in the backward pass: a custom autograd function saves only the inp
 log-sum-exp per token, and recomputes each chunk's logits during backward (the trade-off of fused
 linear-cross-entropy kernels: one extra ``[chunk, H] × [H, V]`` matmul per chunk, no ``[n, V]`` activations).
 
-Numerics: logits are computed in the input dtype and the softmax in at least float32.
+Numerics: logits are computed in the input dtype (in bfloat16 under ``torch.autocast``) and the softmax in
+at least float32. Under autocast the backward's chunk matmuls run under the same autocast state as the
+forward's (as ``torch.amp.custom_bwd`` does, for any device type); gradients accumulate in float32.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
                 lp = z.sub_(lse[:, None])
                 ent[s:e] = -lp.exp().mul_(lp).nansum(-1)  # p log p; 0 · (−inf) = nan → 0
         ctx.chunk_size = chunk_size
+        dev = hidden.device.type
+        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
         ctx.entropy_grad = bool(with_entropy and entropy_grad)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(hidden, weight, bias, target, inv_temp, lse_all, ent)
@@ -84,6 +88,12 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_logp, g_ent):
+        dev, enabled, dtype = ctx.autocast
+        with torch.autocast(device_type=dev, dtype=dtype, enabled=enabled):
+            return _ChunkedLMHeadLogProb._backward(ctx, g_logp, g_ent)
+
+    @staticmethod
+    def _backward(ctx, g_logp, g_ent):
         hidden, weight, bias, target, inv_temp, lse_all, ent = ctx.saved_tensors
         if not ctx.entropy_grad:
             g_ent = None

@@ -28,6 +28,7 @@ from rlvr.core.aggregation import (
 from rlvr.core.kl import canonical_kl_estimator, check_kl_is_correction, kl_is_corrected, kl_penalty
 from rlvr.core.masks import combine_masks
 from rlvr.core.policy_loss import IMPORTANCE_SAMPLING_LEVELS, get_policy_loss
+from rlvr.core.rollout_is import ROLLOUT_IS_MODES, rollout_is_weights
 
 __all__ = ["SUM_METRICS", "LossSettings", "policy_objective", "reduce_objective_metrics"]
 
@@ -40,6 +41,9 @@ SUM_METRICS: tuple[str, ...] = (
     "kl",
     "entropy",
     "approx_kl_old",
+    "rollout_logp_diff",
+    "rollout_is_ratio",
+    "rollout_is_changed",
 )
 """Metrics returned by :func:`policy_objective` as sums over loss tokens (divide by ``_tokens``)."""
 
@@ -66,6 +70,9 @@ class LossSettings:
         entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef · agg(H)``).
         policy_loss: key of :data:`rlvr.core.policy_loss.POLICY_LOSSES` (checked when used, so variants
             may register theirs later).
+        rollout_is_mode: rollout/training mismatch correction (:mod:`rlvr.core.rollout_is`): ``None``
+            (off) or one of :data:`rlvr.core.rollout_is.ROLLOUT_IS_MODES`; rollout_is_clip_max /
+            rollout_is_clip_min: its bounds (TRL ``vllm_importance_sampling_clip_max`` / ``_min``).
 
     Raises:
         ValueError: on construction, for any value outside the ranges above, or ``kl_is_correction``
@@ -86,6 +93,9 @@ class LossSettings:
     kl_is_correction: bool = False
     entropy_coef: float = 0.0
     policy_loss: str = "clipped"
+    rollout_is_mode: str | None = None
+    rollout_is_clip_max: float | None = 3.0
+    rollout_is_clip_min: float | None = None
 
     def __post_init__(self) -> None:
         errs = []
@@ -112,6 +122,8 @@ class LossSettings:
             )
         if not self.beta >= 0:
             errs.append(f"beta must be >= 0, got {self.beta}")
+        if self.rollout_is_mode is not None and self.rollout_is_mode not in ROLLOUT_IS_MODES:
+            errs.append(f"rollout_is_mode must be None or one of {ROLLOUT_IS_MODES}, got {self.rollout_is_mode!r}")
         if not math.isfinite(self.entropy_coef):
             errs.append(f"entropy_coef must be finite, got {self.entropy_coef}")
         try:
@@ -155,6 +167,7 @@ def policy_objective(
     extra_masks: Sequence[torch.Tensor | None] = (),
     completion_mask: torch.Tensor | None = None,
     loss_kwargs: Mapping[str, Any] | None = None,
+    rollout_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss of one (micro-)batch and its summable metrics.
 
@@ -183,6 +196,10 @@ def policy_objective(
         loss_kwargs: extra keyword arguments for the registered policy loss of this micro-batch (e.g.
             FBOS-RL's per-row ``is_offpolicy`` ``[n]`` and ``behaviour_logp`` ``[n, T]``); ``None``
             passes none (the ``clipped`` loss takes none).
+        rollout_logp: ``[n, T]`` the engine's behaviour log-probs of the same tokens. When given, the
+            rollout/training mismatch is measured against ``old`` (``old_logp``, or ``sg(logp)`` at
+            ``μ = 1``); with ``settings.rollout_is_mode`` set, the policy-gradient term of each token is
+            multiplied by :func:`rlvr.core.rollout_is.rollout_is_weights` (required then).
 
     Returns:
         ``(loss, metrics)``. ``loss`` is a 0-d tensor. ``metrics`` are detached 0-d tensors, designed to
@@ -193,6 +210,10 @@ def policy_objective(
           ``"clip_ratio/region"``, ``"clip_ratio/dual"``, ``"approx_kl_old"`` (``old_logp − logp``),
           ``"kl"`` (the estimator's value, only when ``ref_logp`` is given) and ``"entropy"`` (only when
           ``entropy`` is given);
+        * with ``rollout_logp``: sums ``"rollout_logp_diff"`` (``|old − rollout_logp|``),
+          ``"rollout_is_ratio"`` (the raw ``exp(old − rollout_logp)``, token level) and
+          ``"rollout_is_changed"`` (tokens whose weight truncation or masking changed; 0 when off), and
+          ``"rollout_logp_diff/max"``, ``"rollout_is_ratio/min"``, ``"rollout_is_ratio/max"``;
         * ``"ratio/min"``, ``"ratio/max"`` over those tokens (``+inf`` / ``−inf`` when there are none, the
           neutral elements of min / max);
         * ``"loss/policy"`` = ``agg(L_pg)``, ``"loss/kl"`` = ``beta·agg(KL)``, ``"loss/entropy"`` =
@@ -213,7 +234,7 @@ def policy_objective(
         raise ValueError(f"{fn}: logp must be [n, T], got shape {tuple(logp.shape)}")
     shape = tuple(logp.shape)
     for name, t in (("old_logp", old_logp), ("weight", weight), ("ref_logp", ref_logp), ("entropy", entropy),
-                    ("completion_mask", completion_mask)):
+                    ("completion_mask", completion_mask), ("rollout_logp", rollout_logp)):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{fn}: {name} must have the shape of logp {shape}, got {tuple(t.shape)}")
     W = combine_masks(weight, *extra_masks).to(logp.dtype)
@@ -223,6 +244,8 @@ def policy_objective(
         raise ValueError(f"{fn}: beta={settings.beta} > 0 needs ref_logp (the reference model's log-probs)")
     if settings.entropy_coef != 0 and entropy is None:
         raise ValueError(f"{fn}: entropy_coef={settings.entropy_coef} != 0 needs the per-token entropy")
+    if settings.rollout_is_mode is not None and rollout_logp is None:
+        raise ValueError(f"{fn}: rollout_is_mode={settings.rollout_is_mode!r} needs rollout_logp (the engine's log-probs)")
     M = (weight != 0) if completion_mask is None else completion_mask
     old = logp.detach() if old_logp is None else old_logp.detach()
 
@@ -238,6 +261,13 @@ def policy_objective(
         importance_sampling_level=settings.importance_sampling_level,
         **dict(loss_kwargs or {}),
     )
+    is_w = is_changed = None
+    if rollout_logp is not None and settings.rollout_is_mode is not None:
+        is_w, is_changed = rollout_is_weights(
+            old, rollout_logp, M.to(logp.dtype), mode=settings.rollout_is_mode,
+            clip_max=settings.rollout_is_clip_max, clip_min=settings.rollout_is_clip_min,
+        )
+        pg_tok = pg_tok * is_w.to(pg_tok.dtype)
 
     def agg(x: torch.Tensor) -> torch.Tensor:
         return aggregate(
@@ -281,6 +311,17 @@ def policy_objective(
     if entropy is not None:
         metrics["entropy"] = _masked_sum(entropy, keep)
     inf = torch.tensor(math.inf, dtype=ratio.dtype, device=ratio.device)
+    if rollout_logp is not None:
+        d = (old - rollout_logp.detach().to(old.dtype)).nan_to_num(0.0)
+        raw = d.clamp(max=80.0).exp()
+        metrics["rollout_logp_diff"] = _masked_sum(d.abs(), keep)
+        metrics["rollout_is_ratio"] = _masked_sum(raw, keep)
+        metrics["rollout_is_changed"] = (
+            _masked_sum(is_changed.to(logp.dtype), keep) if is_changed is not None else zero.detach().clone()
+        )
+        metrics["rollout_logp_diff/max"] = torch.where(keep, d.abs(), -inf).max() if d.numel() else -inf
+        metrics["rollout_is_ratio/min"] = torch.where(keep, raw, inf).min() if raw.numel() else inf
+        metrics["rollout_is_ratio/max"] = torch.where(keep, raw, -inf).max() if raw.numel() else -inf
     metrics["ratio/min"] = torch.where(keep, ratio, inf).min() if ratio.numel() else inf
     metrics["ratio/max"] = torch.where(keep, ratio, -inf).max() if ratio.numel() else -inf
     metrics["loss/policy"] = loss_pg.detach()
@@ -324,6 +365,10 @@ def reduce_objective_metrics(
     if "ratio/min" in keys:
         out["ratio/min"] = min(float(m["ratio/min"]) for m in per_micro)
         out["ratio/max"] = max(float(m["ratio/max"]) for m in per_micro)
+    for k in ("rollout_is_ratio/min", "rollout_is_ratio/max", "rollout_logp_diff/max"):
+        if k in keys:
+            vals = [float(m[k]) for m in per_micro if k in m]
+            out[k] = min(vals) if k.endswith("/min") else max(vals)
     for k in _LOSS_METRICS:
         if k in keys:
             s = sum(float(m[k]) for m in per_micro if k in m)

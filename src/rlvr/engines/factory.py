@@ -33,25 +33,23 @@ def engine_eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def vllm_dtype(cfg: Any) -> str:
-    """The server's dtype name: ``vllm.dtype``, or for ``auto`` the policy's ``model.dtype`` when it
-    names a dtype (``float32``/``bfloat16``/``float16``); a precision *policy* value (e.g. ``auto``,
-    ``bf16``) maps to ``bfloat16`` when it says bf16, else ``float32``.
+def vllm_dtype(cfg: Any, model: Any = None) -> str:
+    """The server's dtype name: ``vllm.dtype``, or for ``auto`` the generation dtype of the run's precision
+    policy (:mod:`rlvr.precision`: the policy attached to ``model``, else ``model.dtype`` resolved for
+    the CPU) — bf16 where the policy decodes in bf16, float32 elsewhere.
 
-    Interpretation: generation precision follows the training precision (issue 15 item 1), and vLLM
+    Source: issue 15 item 1 — the engine's generation precision follows the training policy; vLLM
     computes its log-softmax in fp32 whatever the weights' dtype.
     """
     if cfg.vllm.dtype != "auto":
         return cfg.vllm.dtype
-    d = str(getattr(cfg.model, "dtype", "float32"))
-    if d in _TORCH_DTYPES:
-        return d
-    resolved = getattr(cfg.model, "resolved_dtype", None)  # a precision policy may expose its choice
-    if callable(resolved):
-        resolved = resolved()
-    if isinstance(resolved, str) and resolved in _TORCH_DTYPES:
-        return resolved
-    return "bfloat16" if "bf16" in d or "bfloat16" in d else "float32"
+    from rlvr.precision import model_precision, resolve_precision
+
+    policy = model_precision(model) if model is not None else None
+    if policy is None:
+        policy = resolve_precision(cfg.model.dtype, log=False)
+    names = {v: k for k, v in _TORCH_DTYPES.items()}
+    return names.get(policy.generation_dtype, "float32")
 
 
 def check_engine_config(cfg: Any) -> None:
@@ -140,7 +138,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
     from rlvr.engines.weight_sync import FilesystemWeightSync
 
     v = cfg.vllm
-    dtype = vllm_dtype(cfg)
+    dtype = vllm_dtype(cfg, model)
     scratch, created = _scratch_dir(cfg)
     server = None
     try:

@@ -13,7 +13,12 @@
   64 rows × 200 tokens on SmolLM2-135M);
 * **exact behaviour log-probs** — each sampled token's natural-log probability under the
   distribution it was drawn from (temperature, then top-k, then top-p, renormalised; the order of
-  transformers' logits warpers).
+  transformers' logits warpers);
+* **generation precision from the policy** — with ``precision`` whose ``generation_dtype`` differs from
+  the model's weights (``model.dtype: bf16``: fp32 master weights, bf16 decode), the engine decodes with
+  a bf16 copy of the weights (half the weight and KV-cache bytes per decode step) and re-casts it only
+  when a parameter changed since the last call (torch's per-tensor version counters, bumped by every
+  in-place optimizer step); the behaviour log-probs are then those of the bf16 model that sampled.
 
 Padding: contexts are left-padded; the attention mask hides the pads and explicit position ids
 (count of real tokens before a position) make a row's numbers independent of its batch-mates.
@@ -272,6 +277,34 @@ def _trim_left(cache: Any, k: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# decode copy in another dtype
+
+
+def _param_fingerprint(model: Any) -> tuple:
+    """``(data_ptr, version)`` of every parameter: changes whenever a parameter is replaced or updated in place."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def _cast_copy(model: Any, dtype: torch.dtype) -> Any:
+    """A deep copy of ``model`` with its floating-point parameters in ``dtype``, no gradients.
+
+    Buffers keep their dtype (rotary ``inv_freq`` stays float32, as transformers computes it), and tied
+    parameters stay tied (``deepcopy`` keeps the sharing; the cast is done per parameter object).
+    """
+    import copy
+
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in clone.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+            p.grad = None
+            p.requires_grad_(False)
+    clone.eval()
+    return clone
+
+
+# --------------------------------------------------------------------------------------------------
 # engine
 
 
@@ -295,6 +328,11 @@ class HFEngine:
             last compaction reach :attr:`prune_patience` (ski-rental rule; a row-step of a
             135 M model costs about as much as compacting ~1/8 of its cache). False keeps finished
             rows until the whole chunk ends, as ``model.generate`` does (for benchmarks).
+        precision: a :class:`rlvr.precision.PrecisionPolicy`; default: the one attached to ``model``
+            (:func:`rlvr.precision.model_precision`), or none (decode in the model's own dtype).
+            When its ``generation_dtype`` is not the dtype of the model's floating-point parameters, the
+            engine keeps a copy of the model with parameters in that dtype (buffers such as rotary
+            frequencies untouched) and keeps it in sync (see :meth:`sync_weights`).
 
     Attributes:
         eos_token_ids: ``set[int]``.
@@ -316,6 +354,7 @@ class HFEngine:
         eos_token_ids: set[int] | Sequence[int] | None = None,
         cache: str = "append",
         prune: bool = True,
+        precision: Any = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -326,6 +365,18 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.cache_kind = cache
         self.prune = prune
+        if precision is None:
+            from rlvr.precision import model_precision
+
+            precision = model_precision(model)
+        self.precision = precision
+        self._decode_model: Any = model  # the module decode runs (a cast copy under a bf16 policy)
+        self._synced: tuple | None = None  # (data_ptr, _version) of every source parameter at the last sync
+        want = getattr(precision, "generation_dtype", None)
+        have = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        if want is not None and have is not None and want != have:
+            self._decode_model = _cast_copy(model, want)
+            self._synced = _param_fingerprint(model)
         self.prune_patience = 8
         if eos_token_ids is None:
             ids: set[int] = set()
@@ -340,7 +391,7 @@ class HFEngine:
             raise ValueError("HFEngine: no EOS token id (tokenizer and generation_config have none); pass eos_token_ids")
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id: int = int(pad) if pad is not None else min(self.eos_token_ids)
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(self._decode_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
 
@@ -361,6 +412,7 @@ class HFEngine:
         """
         if isinstance(state_dict, torch.nn.Module):
             if state_dict is self.model:
+                self.sync_weights(force=True)
                 return
             state_dict = state_dict.state_dict()
         own = self.model.state_dict()
@@ -375,6 +427,35 @@ class HFEngine:
                 if src.shape != dst.shape:
                     raise ValueError(f"load_weights: {name} has shape {tuple(src.shape)}, model has {tuple(dst.shape)}")
                 dst.copy_(src)
+        self.sync_weights(force=True)
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def decode_dtype(self) -> torch.dtype:
+        """dtype of the weights the decode loop runs with."""
+        return next(p.dtype for p in self._decode_model.parameters() if p.is_floating_point())
+
+    def sync_weights(self, force: bool = False) -> bool:
+        """Re-cast the decode copy from :attr:`model` if a parameter changed (or ``force``).
+
+        Called at the start of every :meth:`generate`; a no-op without a cast copy. A change is a
+        parameter whose storage pointer or version counter differs from the last sync (every in-place
+        update through torch bumps the counter; writes through ``.data`` do not — call with
+        ``force=True`` after those, or :meth:`load_weights`).
+
+        Returns:
+            True when the copy was refreshed.
+        """
+        if self._decode_model is self.model:
+            return False
+        fp = _param_fingerprint(self.model)
+        if not force and fp == self._synced:
+            return False
+        with torch.no_grad():
+            for src, dst in zip(self.model.parameters(), self._decode_model.parameters()):
+                dst.copy_(src)
+        self._synced = fp
+        return True
 
     # ---------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Generation]]:
@@ -411,18 +492,20 @@ class HFEngine:
         results: list[list[Generation | None]] = [[None] * r.n for r in requests]
         if not requests:
             return []
+        self.sync_weights()
+        model = self._decode_model
         generator = None
         if params.seed is not None:
-            device = next(self.model.parameters()).device
+            device = next(model.parameters()).device
             generator = torch.Generator(device=device).manual_seed(int(params.seed))
-        was_training = self.model.training
-        self.model.eval()
+        was_training = model.training
+        model.eval()
         try:
             with torch.inference_mode():
                 for chunk in self._plan(requests):
                     self._run_chunk(requests, chunk, params, generator, results)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return results  # type: ignore[return-value]
 
     # ---------------------------------------------------------------------------------------------
@@ -455,7 +538,7 @@ class HFEngine:
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._has_logits_to_keep:
             kw["logits_to_keep"] = 1
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         return out.logits[:, -1, :]
 
     def _run_chunk(
@@ -466,7 +549,7 @@ class HFEngine:
         generator: torch.Generator | None,
         results: list[list[Generation | None]],
     ) -> None:
-        device = next(self.model.parameters()).device
+        device = next(self._decode_model.parameters()).device
         contexts = [list(requests[i].context_ids) for i, _ in chunk]
         lens = torch.tensor([len(c) for c in contexts], dtype=torch.long)
         width = int(lens.max())
@@ -481,7 +564,7 @@ class HFEngine:
 
         req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
         steps = max(req_caps)  # the chunk decodes until its longest cap
-        cache, trimmable = _new_cache(self.model.config, width + steps, self.cache_kind)
+        cache, trimmable = _new_cache(self._decode_model.config, width + steps, self.cache_kind)
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples

@@ -23,6 +23,7 @@ import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
 from rlvr.models import _decoder, lm_head_params, model_forward_hidden
+from rlvr.precision import autocast_for
 from rlvr.types import RolloutBatch
 
 
@@ -72,11 +73,20 @@ def completion_logprobs(
     through the log-probs when grad mode is on; the entropy carries a gradient only when
     ``entropy_grad`` (an entropy bonus is used).
 
+    Precision: the model's policy (:func:`rlvr.precision.autocast_for`): under ``bf16`` the body and the
+    LM head's matmuls run under bf16 autocast (their backward too); the log-softmax, the entropy and the
+    returned log-probs are float32 in every mode.
+
     Raises:
         ValueError: a row has an empty context (nothing to condition the first token on).
     """
     if any(len(c) == 0 for c in batch.context_ids):
         raise ValueError("completion_logprobs: every row needs at least one context token")
+    with autocast_for(model):
+        return _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, entropy_grad, share_prompt)
+
+
+def _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, entropy_grad, share_prompt):
     mask = batch.completion_mask > 0  # [n, T]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
     if share_prompt and shares_context(batch) and not _warn_unshared(model):

@@ -23,6 +23,7 @@ from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
 from rlvr.engines.weight_sync import sync_policy
 from rlvr.errors import RlvrError
+from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
@@ -41,6 +42,28 @@ from rlvr.types import RolloutBatch, SamplingParams
 
 class TrainingError(RlvrError):
     """Training cannot continue (e.g. too many consecutive non-finite updates)."""
+
+
+def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
+    """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
+    every forward of it and to the default engine; :mod:`rlvr.precision`).
+
+    Raises:
+        RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
+            ``bf16-pure`` for an fp32 model, or ``bf16``/``fp32`` — fp32 master weights — for a bf16 one);
+            the message says how to load it.
+    """
+    param = next((p for p in model.parameters() if p.is_floating_point()), None)
+    policy = resolve_precision(requested, param.device if param is not None else "cpu")
+    if param is not None and param.dtype != policy.param_dtype:
+        raise RlvrError(
+            f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
+            f"{str(policy.param_dtype).removeprefix('torch.')}, but the model's are "
+            f"{str(param.dtype).removeprefix('torch.')}: load it with rlvr.models.load_policy(cfg.model) or "
+            f"convert it first (model.to({policy.param_dtype}))"
+        )
+    set_model_precision(model, policy)
+    return policy
 
 
 def seed_everything(seed: int) -> None:
@@ -65,6 +88,9 @@ def loss_settings(cfg: RLConfig) -> LossSettings:
         kl_is_correction=cfg.kl_is_correction,
         entropy_coef=cfg.entropy_coef,
         policy_loss=cfg.policy_loss,
+        rollout_is_mode=cfg.vllm_importance_sampling_mode if cfg.vllm_importance_sampling_correction else None,
+        rollout_is_clip_max=cfg.vllm_importance_sampling_clip_max,
+        rollout_is_clip_min=cfg.vllm_importance_sampling_clip_min,
     )
 
 
@@ -73,7 +99,10 @@ class Trainer:
 
     Args:
         cfg: the validated run configuration.
-        model: the policy (trained in place; fp32 on CPU).
+        model: the policy (trained in place), its weights in the ``param_dtype`` of ``cfg.model.dtype``'s
+            precision policy (float32 unless ``bf16-pure``); the policy is attached to it
+            (:func:`apply_precision`): forwards autocast under ``bf16`` and the default engine decodes
+            with bf16 weights.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to the one ``cfg.engine`` names
@@ -113,6 +142,7 @@ class Trainer:
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.precision = apply_precision(model, cfg.model.dtype)
         validate_components(cfg)
         self._owns_engine = engine is None
         if engine is None:

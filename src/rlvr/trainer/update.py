@@ -128,7 +128,9 @@ def policy_update(
     ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
     accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
     ``loss_kwargs_fn`` (a :data:`LossKwargsFn`) supplies extra inputs of the registered policy loss per
-    micro-batch. ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
+    micro-batch. The rows' ``sampler_logp`` (when present) go to the objective as ``rollout_logp``: the
+    mismatch metrics ``actor/rollout_*`` are always reported and ``settings.rollout_is_mode`` applies the
+    truncated-IS correction (:mod:`rlvr.core.rollout_is`). ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
     (exact; :func:`rlvr.trainer.forward.shared_context_hidden`).
 
     Raises:
@@ -167,6 +169,7 @@ def policy_update(
             logp, micro.old_logp, micro.advantages, W, settings, local_den,
             ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
             loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
+            rollout_logp=micro.sampler_logp,  # rollout/training mismatch: always measured, corrected when asked
         )
         if denominators is None:
             loss = loss / len(groups)

@@ -1,0 +1,33 @@
+"""What every benchmark prints first: the CPU, its capability and its measured fp32 / bf16 matmul rates.
+
+Machines of the same kind come with different CPUs (AVX2-only vs AVX-512 with ``avx512_bf16``), and the
+precision ``model.dtype=auto`` picks depends on it (``rlvr.precision``), so a number means little without
+these. Imported by the scripts in this folder (``python benchmarks/<script>.py`` puts the folder on
+``sys.path``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.precision import cpu_description, matmul_rates, resolve_precision
+
+
+def print_machine(shape: tuple[int, int, int] = (512, 576, 1536)) -> dict[str, Any]:
+    """Print the CPU line, the matmul rates of ``torch.mm [m,k]@[k,n]`` in fp32 and bf16 and what
+    ``model.dtype=auto`` resolves to; return them as a JSON-serialisable dict.
+
+    The default shape is issue 15's (SmolLM2-135M's hidden → MLP projection over 512 rows).
+    """
+    cpu = cpu_description()
+    m, k, n = shape
+    rates = matmul_rates(m, k, n)
+    auto = resolve_precision("auto", log=False)
+    print(f"CPU: {cpu['model']}; torch capability {cpu['capability']}; vector flags {' '.join(cpu['vector_flags'])}; "
+          f"bf16 flags: {' '.join(cpu['bf16_flags']) or 'none'}", flush=True)
+    print(f"matmul {m}x{k}x{n} GFLOP/s ({torch.get_num_threads()} threads, torch {torch.__version__}): "
+          f"fp32 {rates['float32']:.1f}, bf16 {rates['bfloat16']:.1f} (bf16/fp32 = "
+          f"{rates['bfloat16'] / rates['float32']:.2f}); model.dtype=auto -> {auto.mode} ({auto.reason})", flush=True)
+    return {"cpu": cpu, "matmul_shape": list(shape), "matmul_gflop_per_s": rates, "auto": auto.as_dict()}

@@ -1,0 +1,397 @@
+"""The precision policy: which dtype the weights are stored in, which dtype the matmuls run in.
+
+``model.dtype`` names a mode; :func:`resolve_precision` turns it into a :class:`PrecisionPolicy` that the
+model loader, the trainer's forward passes and the generation engine all follow:
+
+=============  =================  ===================  ==========================================
+mode           master weights     matmuls              log-softmax, loss, optimizer state
+=============  =================  ===================  ==========================================
+``fp32``       float32            float32              float32
+``bf16``       float32            bfloat16 (autocast)  float32
+``bf16-pure``  bfloat16           bfloat16             float32 log-softmax; optimizer state bf16
+``fp16-pure``  float16            float16              as ``bf16-pure`` (kept for old configs)
+``auto``       ``bf16`` where bf16 matmuls are native (CUDA with bf16; a CPU with ``avx512_bf16``,
+               AMX or ARM ``bf16``), ``fp32`` elsewhere
+=============  ==========================================================================
+
+Generation follows the same policy: under ``bf16`` and ``bf16-pure`` the engine decodes with bfloat16
+weights (:attr:`PrecisionPolicy.generation_dtype`), under ``fp32`` with float32 ones.
+
+How ``auto`` decides on a CPU (:func:`probe_cpu_bf16`): the CPU's feature flags first (``/proc/cpuinfo``:
+``avx512_bf16`` or ``amx_bf16`` on x86, ``bf16`` on ARM); where they claim native bf16, a short matmul
+timing (bf16 vs fp32, 256³) must confirm that bf16 is not slower, so a flag the torch build cannot use
+never makes a run slower. Without readable flags (macOS, Windows) the timing alone decides.
+``torch.backends.cpu.get_cpu_capability()`` is reported alongside but cannot decide: torch 2.13 names
+only the vector ISA (``AVX2``, ``AVX512``), not bf16 support. The environment variable
+``RLVR_CPU_BF16=1`` / ``=0`` overrides the probe (tests use it to exercise both branches on one machine).
+
+Source: the mixed-precision recipe of Micikevicius et al. (2018, "Mixed Precision Training", §3: fp32
+master weights, reduced-precision arithmetic, fp32 accumulation of reductions), as torch's autocast and
+FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` implement it; the issue-15
+measurement (bf16 matmuls ~4x faster than fp32 on an AVX-512-bf16 EPYC, ~46x slower on an AVX2 one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+__all__ = [
+    "PRECISION_MODES",
+    "CpuBf16Probe",
+    "PrecisionPolicy",
+    "canonical_precision",
+    "cpu_description",
+    "autocast_for",
+    "matmul_rates",
+    "model_precision",
+    "probe_cpu_bf16",
+    "resolve_precision",
+    "set_model_precision",
+]
+
+PRECISION_MODES: tuple[str, ...] = ("auto", "fp32", "bf16", "bf16-pure", "fp16-pure")
+"""Values of ``model.dtype``."""
+
+_ALIASES = {"float32": "fp32", "bfloat16": "bf16-pure", "float16": "fp16-pure", "fp16": "fp16-pure"}
+"""Older spellings (torch dtype names, as ``model.dtype`` took before the policy): loading weights in
+that dtype, i.e. the pure modes."""
+
+ENV_OVERRIDE = "RLVR_CPU_BF16"
+_DTYPE = {"fp32": torch.float32, "bf16": torch.float32, "bf16-pure": torch.bfloat16, "fp16-pure": torch.float16}
+_COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16-pure": torch.float16}
+
+
+def canonical_precision(mode: str) -> str:
+    """The canonical spelling of a ``model.dtype`` value (``float32`` → ``fp32``, ``bfloat16`` → ``bf16-pure``).
+
+    Raises:
+        ValueError: not one of :data:`PRECISION_MODES` or their aliases (the message lists them).
+    """
+    m = str(mode).strip().lower()
+    m = _ALIASES.get(m, m)
+    if m not in PRECISION_MODES:
+        raise ValueError(
+            f"unknown precision {mode!r}: expected one of {', '.join(PRECISION_MODES)} "
+            f"(or {', '.join(_ALIASES)})"
+        )
+    return m
+
+
+# --------------------------------------------------------------------------------------------------
+# probing the CPU
+
+
+@dataclass(frozen=True)
+class CpuBf16Probe:
+    """What :func:`probe_cpu_bf16` found.
+
+    Attributes:
+        native: bf16 matmuls are native (and, where timed, not slower than fp32).
+        method: how it was decided: ``"override"``, ``"flags+timing"``, ``"flags"`` or ``"timing"``.
+        reason: one human-readable line (flags seen, timing ratio).
+        flags: the bf16-related CPU flags found (empty when none or unreadable).
+        capability: ``torch.backends.cpu.get_cpu_capability()`` (e.g. ``"AVX2"``).
+        bf16_over_fp32: measured bf16 / fp32 matmul rate (``None`` when not timed).
+    """
+
+    native: bool
+    method: str
+    reason: str
+    flags: tuple[str, ...] = ()
+    capability: str = ""
+    bf16_over_fp32: float | None = None
+
+
+def _cpu_flags() -> set[str] | None:
+    """CPU feature flags from ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features``), or None if unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        return None
+    return None
+
+
+def _bf16_flags(flags: set[str]) -> tuple[str, ...]:
+    return tuple(sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "bf16")))
+
+
+def _time_mm(dtype: torch.dtype, n: int, repeats: int) -> float:
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # warm-up (oneDNN primitive creation)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _bf16_speed_ratio(n: int = 256, repeats: int = 3) -> float:
+    """bf16 / fp32 matmul rate on an ``n³`` product (> 1: bf16 is faster). ~5 ms where bf16 is native."""
+    return _time_mm(torch.float32, n, repeats) / _time_mm(torch.bfloat16, n, repeats)
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_hardware() -> CpuBf16Probe:
+    cap = torch.backends.cpu.get_cpu_capability()
+    flags = _cpu_flags()
+    if flags is not None:
+        found = _bf16_flags(flags)
+        if not found:
+            return CpuBf16Probe(False, "flags", f"CPU flags have no avx512_bf16/amx_bf16/bf16 (torch capability {cap})",
+                                (), cap)
+        ratio = _bf16_speed_ratio()
+        ok = ratio >= 1.0
+        verdict = "confirmed" if ok else "but bf16 is slower than fp32 in this torch build"
+        return CpuBf16Probe(ok, "flags+timing",
+                            f"CPU flags {'/'.join(found)} (torch capability {cap}); bf16 matmul {ratio:.2f}x fp32, {verdict}",
+                            found, cap, ratio)
+    ratio = _bf16_speed_ratio()
+    return CpuBf16Probe(ratio >= 1.0, "timing",
+                        f"no readable CPU flags; bf16 matmul {ratio:.2f}x fp32 (torch capability {cap})", (), cap, ratio)
+
+
+def probe_cpu_bf16() -> CpuBf16Probe:
+    """Whether this CPU runs bf16 matmuls natively (see the module docstring for the method).
+
+    ``RLVR_CPU_BF16=1`` (or ``0``) overrides the hardware probe; the hardware result is cached per process.
+
+    Raises:
+        ValueError: ``RLVR_CPU_BF16`` is set to something other than ``0`` or ``1``.
+    """
+    env = os.environ.get(ENV_OVERRIDE)
+    if env not in (None, ""):
+        if env not in ("0", "1"):
+            raise ValueError(f"{ENV_OVERRIDE} must be 0 or 1, got {env!r}")
+        return CpuBf16Probe(env == "1", "override", f"{ENV_OVERRIDE}={env} (override of the CPU probe)",
+                            capability=torch.backends.cpu.get_cpu_capability())
+    return _probe_hardware()
+
+
+# --------------------------------------------------------------------------------------------------
+# the policy
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """A resolved precision: what every part of a run uses.
+
+    Attributes:
+        mode: ``"fp32"``, ``"bf16"``, ``"bf16-pure"`` or ``"fp16-pure"`` (never ``"auto"``).
+        requested: the ``model.dtype`` it was resolved from (e.g. ``"auto"``).
+        device_type: ``"cpu"`` or ``"cuda"`` (the autocast device type).
+        reason: why this mode (one line; logged once per process).
+        param_dtype: dtype of the stored (master) weights and hence of gradients and optimizer state.
+        compute_dtype: dtype the matmuls run in (the autocast target under ``bf16``).
+        reduce_dtype: dtype for gradient reductions across ranks (always float32; for FSDP2's
+            ``MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)``).
+        probe: the CPU probe behind an ``auto`` decision on CPU, else None.
+    """
+
+    mode: str
+    requested: str = "auto"
+    device_type: str = "cpu"
+    reason: str = ""
+    param_dtype: torch.dtype = torch.float32
+    compute_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype = torch.float32
+    probe: CpuBf16Probe | None = field(default=None, compare=False)
+
+    @property
+    def autocast(self) -> bool:
+        """True for ``bf16``: forward passes run under ``torch.autocast(device_type, bfloat16)``."""
+        return self.mode == "bf16"
+
+    @property
+    def generation_dtype(self) -> torch.dtype:
+        """dtype of the weights the engine decodes with (bf16 under ``bf16`` and ``bf16-pure``)."""
+        return self.compute_dtype
+
+    def autocast_context(self) -> contextlib.AbstractContextManager:
+        """``torch.autocast(device_type, dtype=bfloat16)`` under ``bf16``, else a no-op context.
+
+        The training forward (and its backward) runs inside it; rlvr's LM head computes the log-softmax
+        in float32 regardless (:mod:`rlvr.core.logprobs`), and the loss is float32 elementwise math.
+        """
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.compute_dtype)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-serialisable summary (mode, requested, device, reason, dtypes, probe)."""
+        out: dict[str, Any] = {
+            "mode": self.mode, "requested": self.requested, "device_type": self.device_type, "reason": self.reason,
+            "param_dtype": str(self.param_dtype).removeprefix("torch."),
+            "compute_dtype": str(self.compute_dtype).removeprefix("torch."),
+        }
+        if self.probe is not None:
+            out["probe"] = {"native": self.probe.native, "method": self.probe.method, "flags": list(self.probe.flags),
+                            "capability": self.probe.capability, "bf16_over_fp32": self.probe.bf16_over_fp32}
+        return out
+
+
+_LOGGED: set[tuple[str, str, str]] = set()
+
+
+def _log_once(policy: PrecisionPolicy) -> None:
+    key = (policy.requested, policy.mode, policy.reason)
+    if key in _LOGGED:
+        return
+    _LOGGED.add(key)
+    print(f"rlvr: precision {policy.mode} (model.dtype={policy.requested}, {policy.device_type}): {policy.reason}",
+          file=sys.stderr)
+
+
+def resolve_precision(requested: str = "auto", device: torch.device | str | None = None, *,
+                      native_bf16: bool | None = None, log: bool = True) -> PrecisionPolicy:
+    """Resolve a ``model.dtype`` value into a :class:`PrecisionPolicy` for ``device``; log it once.
+
+    Args:
+        requested: a :data:`PRECISION_MODES` value or alias.
+        device: where the model runs (default CPU). Only its type matters.
+        native_bf16: bypass the probe (True/False) — for callers that already know; tests prefer the
+            ``RLVR_CPU_BF16`` variable, which goes through the same path as a real run.
+        log: print the decision to stderr the first time it is made in this process.
+
+    Returns:
+        The policy. ``auto`` → ``bf16`` on CUDA when ``torch.cuda.is_bf16_supported()``, on a CPU when
+        :func:`probe_cpu_bf16` finds native bf16; ``fp32`` otherwise. Explicit modes are kept as asked
+        (``bf16`` on a CPU without native bf16 says in its reason that matmuls will be slow).
+
+    Raises:
+        ValueError: an unknown mode or a bad ``RLVR_CPU_BF16`` value.
+    """
+    req = canonical_precision(requested)
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dtype_kind = "cuda" if dev.type == "cuda" else "cpu"
+    probe = None
+    if req == "auto":
+        if dtype_kind == "cuda":
+            ok = native_bf16 if native_bf16 is not None else torch.cuda.is_bf16_supported()
+            mode = "bf16" if ok else "fp32"
+            reason = "CUDA device with bf16 support" if ok else "CUDA device without bf16 support"
+        else:
+            if native_bf16 is not None:
+                probe = CpuBf16Probe(native_bf16, "argument", f"native_bf16={native_bf16} given by the caller")
+            else:
+                probe = probe_cpu_bf16()
+            mode = "bf16" if probe.native else "fp32"
+            reason = ("native bf16: " if probe.native else "no native bf16: ") + probe.reason
+    else:
+        mode = req
+        reason = "requested"
+        if mode in ("bf16", "bf16-pure") and dtype_kind == "cpu":
+            p = probe_cpu_bf16() if native_bf16 is None else CpuBf16Probe(native_bf16, "argument", "")
+            if not p.native:
+                reason = f"requested, although this CPU has no native bf16 (bf16 matmuls will be slow: {p.reason})"
+    policy = PrecisionPolicy(mode=mode, requested=str(requested), device_type=dtype_kind, reason=reason,
+                             param_dtype=_DTYPE[mode], compute_dtype=_COMPUTE[mode], probe=probe)
+    if log:
+        _log_once(policy)
+    return policy
+
+
+# --------------------------------------------------------------------------------------------------
+# the policy travels with the model
+
+_ATTR = "rlvr_precision"
+
+
+def set_model_precision(model: Any, policy: PrecisionPolicy | None) -> None:
+    """Attach ``policy`` to ``model`` (attribute ``rlvr_precision``; None detaches).
+
+    Every training-side forward (:func:`rlvr.trainer.forward.completion_logprobs`, which the update, the
+    behaviour / reference log-probs, replay and FBOS-RL's passes all go through) and every
+    :class:`rlvr.engines.hf.HFEngine` built without an explicit ``precision`` read it from the model, so a
+    policy set once (by :func:`rlvr.models.load_policy` or the trainer) holds on every path; a
+    ``deepcopy`` (the reference model) keeps it.
+    """
+    if policy is None:
+        if _ATTR in getattr(model, "__dict__", {}):
+            delattr(model, _ATTR)
+        return
+    object.__setattr__(model, _ATTR, policy)
+
+
+def model_precision(model: Any) -> PrecisionPolicy | None:
+    """The policy attached by :func:`set_model_precision`, or None (the model runs in its own dtype)."""
+    p = getattr(model, _ATTR, None)
+    return p if isinstance(p, PrecisionPolicy) else None
+
+
+def autocast_for(model: Any) -> contextlib.AbstractContextManager:
+    """The autocast context of ``model``'s policy (a no-op context without a policy or outside ``bf16``)."""
+    p = model_precision(model)
+    return p.autocast_context() if p is not None else contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------------------------------
+# machine description for benchmarks
+
+
+def cpu_description() -> dict[str, Any]:
+    """CPU model name, torch's capability string, the bf16-related flags and the probe's verdict."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.partition(":")[2].strip()
+                    break
+    except OSError:
+        pass
+    flags = _cpu_flags()
+    vec = sorted(f for f in (flags or ()) if f.startswith(("avx512", "amx")) or f in ("avx2", "avx"))
+    probe = probe_cpu_bf16()
+    return {"model": name, "capability": torch.backends.cpu.get_cpu_capability(), "vector_flags": vec,
+            "bf16_flags": list(_bf16_flags(flags or set())), "native_bf16": probe.native, "probe": probe.reason,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "torch": torch.__version__}
+
+
+def matmul_rates(m: int = 512, k: int = 576, n: int = 1536, repeats: int = 3,
+                 dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> dict[str, float]:
+    """GFLOP/s of ``torch.mm`` ``[m, k] @ [k, n]`` per dtype (best of ``repeats`` after a warm-up).
+
+    The default shape is issue 15's (SmolLM2's hidden → MLP projection over 512 rows).
+
+    Returns:
+        ``{"float32": GFLOP/s, "bfloat16": GFLOP/s}`` (keys: the dtype names).
+    """
+    out = {}
+    for dt in dtypes:
+        a, b = torch.randn(m, k).to(dt), torch.randn(k, n).to(dt)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t)
+        out[str(dt).removeprefix("torch.")] = 2 * m * k * n / best / 1e9
+    return out
+
+
+@contextlib.contextmanager
+def forced_cpu_bf16(native: bool) -> Iterator[None]:
+    """Context manager that sets ``RLVR_CPU_BF16`` (restored afterwards) — for scripts and tests."""
+    old = os.environ.get(ENV_OVERRIDE)
+    os.environ[ENV_OVERRIDE] = "1" if native else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENV_OVERRIDE, None)
+        else:
+            os.environ[ENV_OVERRIDE] = old

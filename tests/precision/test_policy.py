@@ -1,0 +1,115 @@
+"""The precision policy (rlvr.precision): modes, the CPU probe and its override, logging once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rlvr.precision as prec
+from rlvr.config import build_config
+from rlvr.errors import ConfigError
+from rlvr.precision import canonical_precision, probe_cpu_bf16, resolve_precision
+
+
+def test_canonical_names_and_old_torch_spellings():
+    assert canonical_precision("auto") == "auto"
+    assert canonical_precision("float32") == "fp32"
+    assert canonical_precision("bfloat16") == "bf16-pure"  # what model.dtype=bfloat16 always did: bf16 weights
+    assert canonical_precision("BF16") == "bf16"
+    with pytest.raises(ValueError, match="unknown precision 'int8'.*auto, fp32, bf16"):
+        canonical_precision("int8")
+
+
+def test_config_default_is_auto_and_aliases_map():
+    assert build_config().model.dtype == "auto"
+    assert build_config(overrides=["model.dtype=float32"]).model.dtype == "fp32"
+    assert build_config(overrides=["model.dtype=bfloat16"]).model.dtype == "bf16-pure"
+    with pytest.raises(ConfigError, match="model.dtype"):
+        build_config(overrides=["model.dtype=int8"])
+
+
+@pytest.mark.parametrize("env, mode, compute", [("0", "fp32", torch.float32), ("1", "bf16", torch.bfloat16)])
+def test_auto_on_cpu_follows_the_probe_override(monkeypatch, env, mode, compute):
+    monkeypatch.setenv("RLVR_CPU_BF16", env)
+    p = resolve_precision("auto", "cpu", log=False)
+    assert p.mode == mode and p.compute_dtype == compute
+    assert p.param_dtype == torch.float32  # fp32 master weights in both branches
+    assert p.autocast is (mode == "bf16")
+    assert p.probe is not None and p.probe.method == "override"
+    assert ("native bf16" if env == "1" else "no native bf16") in p.reason
+
+
+def test_explicit_modes_and_their_dtypes(monkeypatch):
+    monkeypatch.setenv("RLVR_CPU_BF16", "0")
+    assert resolve_precision("fp32", log=False).compute_dtype == torch.float32
+    bf = resolve_precision("bf16", log=False)
+    assert (bf.param_dtype, bf.compute_dtype, bf.autocast) == (torch.float32, torch.bfloat16, True)
+    assert "no native bf16" in bf.reason  # asked for on a CPU without it: the reason says it is slow
+    pure = resolve_precision("bfloat16", log=False)
+    assert (pure.mode, pure.param_dtype, pure.autocast, pure.generation_dtype) == (
+        "bf16-pure", torch.bfloat16, False, torch.bfloat16)
+    with pytest.raises(ValueError, match="RLVR_CPU_BF16 must be 0 or 1"):
+        monkeypatch.setenv("RLVR_CPU_BF16", "yes")
+        probe_cpu_bf16()
+
+
+def test_autocast_context_really_runs_bf16_matmuls(monkeypatch):
+    monkeypatch.setenv("RLVR_CPU_BF16", "1")
+    a = torch.randn(4, 4)
+    with resolve_precision("auto", log=False).autocast_context():
+        assert (a @ a).dtype == torch.bfloat16
+    with resolve_precision("fp32", log=False).autocast_context():
+        assert (a @ a).dtype == torch.float32
+
+
+def test_cuda_auto_uses_bf16_support_flag():
+    assert resolve_precision("auto", "cuda", native_bf16=True, log=False).mode == "bf16"
+    assert resolve_precision("auto", "cuda", native_bf16=False, log=False).mode == "fp32"
+    assert resolve_precision("auto", "cuda", native_bf16=True, log=False).device_type == "cuda"
+
+
+@pytest.fixture
+def fresh_probe(monkeypatch):
+    monkeypatch.delenv("RLVR_CPU_BF16", raising=False)
+    prec._probe_hardware.cache_clear()
+    yield
+    prec._probe_hardware.cache_clear()
+
+
+def test_probe_flags_without_bf16_say_no_without_timing(monkeypatch, fresh_probe):
+    monkeypatch.setattr(prec, "_cpu_flags", lambda: {"avx", "avx2", "fma"})
+    monkeypatch.setattr(prec, "_bf16_speed_ratio", lambda: pytest.fail("must not time when the flags say no"))
+    p = probe_cpu_bf16()
+    assert (p.native, p.method, p.flags) == (False, "flags", ())
+
+
+@pytest.mark.parametrize("ratio, native", [(3.9, True), (0.02, False)])
+def test_probe_flags_with_bf16_are_confirmed_by_timing(monkeypatch, fresh_probe, ratio, native):
+    monkeypatch.setattr(prec, "_cpu_flags", lambda: {"avx512f", "avx512_bf16", "amx_bf16"})
+    monkeypatch.setattr(prec, "_bf16_speed_ratio", lambda: ratio)
+    p = probe_cpu_bf16()
+    assert (p.native, p.method, p.flags, p.bf16_over_fp32) == (native, "flags+timing", ("amx_bf16", "avx512_bf16"), ratio)
+
+
+def test_probe_without_flags_times(monkeypatch, fresh_probe):
+    monkeypatch.setattr(prec, "_cpu_flags", lambda: None)
+    monkeypatch.setattr(prec, "_bf16_speed_ratio", lambda: 2.0)
+    assert (probe_cpu_bf16().native, probe_cpu_bf16().method) == (True, "timing")
+
+
+def test_probe_on_this_machine_agrees_with_its_flags(fresh_probe):
+    flags = prec._cpu_flags()
+    p = probe_cpu_bf16()
+    if flags is not None and not ({"avx512_bf16", "amx_bf16", "bf16"} & flags):
+        assert not p.native and p.method == "flags"
+    else:
+        assert p.method in ("flags+timing", "timing")
+
+
+def test_decision_is_logged_once(monkeypatch, capsys):
+    monkeypatch.setenv("RLVR_CPU_BF16", "1")
+    monkeypatch.setattr(prec, "_LOGGED", set())
+    resolve_precision("auto")
+    resolve_precision("auto")
+    err = capsys.readouterr().err
+    assert err.count("rlvr: precision bf16 (model.dtype=auto, cpu)") == 1
