@@ -13,7 +13,7 @@ from rlvr.engines.base import Engine
 from rlvr.engines.hf import HFEngine
 from rlvr.engines.vllm_engine import VLLMClient, VLLMEngine, request_seed
 from rlvr.engines.vllm_server import VLLMServerError
-from rlvr.engines.weight_sync import FilesystemWeightSync, export_state_dict, sync_policy
+from rlvr.engines.weight_sync import FilesystemWeightSync, ServerWeightSync, export_state_dict, sync_policy
 from rlvr.models import build_tiny_model
 from rlvr.types import GenerationRequest, SamplingParams
 
@@ -137,7 +137,7 @@ def test_export_state_dict_dedups_tied_weights_and_casts():
 
 def test_filesystem_sync_order_content_and_versions(served, tmp_path):
     fake, eng, policy = served
-    eng.weight_sync = FilesystemWeightSync(tmp_path / "w")
+    eng.weight_sync = ServerWeightSync(FilesystemWeightSync(tmp_path / "w"), eng.client)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01)
@@ -147,13 +147,13 @@ def test_filesystem_sync_order_content_and_versions(served, tmp_path):
     assert fake.calls[1][1] == {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "w")}}
     for (n, a), b in zip(policy.state_dict().items(), fake.model.state_dict().values()):
         assert torch.equal(a, b), n
-    assert not fake.paused and eng.weights_version == 1
+    assert not fake.paused and eng.weight_sync.version == 1
     assert sync_policy(eng, policy, 1) is False and len(fake.calls) == 4  # same version: nothing pushed
     # a failing reload still resumes the server, and the version is not advanced
     fake.fail_next["/collective_rpc"] = 500
     with pytest.raises(VLLMServerError, match="collective_rpc"):
         sync_policy(eng, policy, 2)
-    assert fake.paths()[-1] == "/resume" and not fake.paused and eng.weights_version == 1
+    assert fake.paths()[-1] == "/resume" and not fake.paused and eng.weight_sync.version == 1
     # a colocated engine needs no sync
     assert sync_policy(HFEngine(policy, fake.tokenizer), policy, 5) is False
 
@@ -179,7 +179,7 @@ def test_trainer_pushes_weights_before_each_round(tmp_path, toy_task):
     assert per_round == cfg.prompts_per_generation and len(gen) == 3 * per_round
     for r in range(3):  # round r is generated after r updates, from exactly those weights
         assert all(s == pytest.approx(sums[r], rel=1e-12) for s in gen[r * per_round:(r + 1) * per_round])
-    assert trainer.engine.stats["weight_pushes"] == 2
+    assert trainer.engine.weight_sync.pushes == 2
     assert fake.paths().count("/collective_rpc") == 2
 
 

@@ -167,7 +167,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
         tied = "clone" if server is not None else "drop"
         sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype], tied=tied) if v.weight_sync == "filesystem" else None
         engine = VLLMEngine(
-            client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, weight_sync=sync,
+            client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, transport=sync,
             max_concurrency=v.max_concurrency, server=server, weights_dtype=_TORCH_DTYPES[dtype],
         )
     except BaseException:

@@ -20,8 +20,8 @@ Greedy (``temperature == 0``) follows the engine contract of :mod:`rlvr.engines.
 ``n == 1`` only for greedy, so one continuation is drawn and copied ``n`` times, and each token's
 behaviour log-prob is 0.0 (the point mass it was drawn from).
 
-Weights: :meth:`VLLMEngine.update_weights` pushes the trainer's weights through a
-:class:`~rlvr.engines.weight_sync.WeightSync` (filesystem by default).
+Weights: :attr:`VLLMEngine.weight_sync` is the sync point the trainer calls
+(:func:`rlvr.engines.weight_sync.sync_policy`), over a transport (filesystem by default).
 
 Seeds: vLLM seeds each of a request's ``n`` samples with ``seed + index``; rlvr derives one seed per
 request from the call's seed and the request index (far apart, so the streams never overlap). The
@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from rlvr.engines.vllm_server import VLLMServerError
-from rlvr.engines.weight_sync import WeightSync
+from rlvr.engines.weight_sync import ServerWeightSync, WeightTransport
 from rlvr.types import Generation, GenerationRequest, SamplingParams
 
 __all__ = ["VLLMClient", "VLLMEngine", "request_seed", "validate_vllm_sampling"]
@@ -138,8 +138,8 @@ class VLLMEngine:
         client: the server's :class:`VLLMClient`.
         eos_token_ids: ids that end a sequence (sent as ``stop_token_ids``).
         model_name: the served model name (``--served-model-name``).
-        weight_sync: transport for :meth:`update_weights`; ``None`` = no push (a frozen server,
-            e.g. for evaluation).
+        transport: how pushed weights reach the server (:class:`~rlvr.engines.weight_sync.FilesystemWeightSync`);
+            ``None`` = no sync point (a frozen server, e.g. for evaluation).
         max_concurrency: most HTTP requests in flight at once.
         server: the :class:`~rlvr.engines.vllm_server.VLLMServer` this engine owns (closed by
             :meth:`close`), or None when connected to someone else's server.
@@ -147,8 +147,9 @@ class VLLMEngine:
 
     Attributes:
         eos_token_ids: ``set[int]``.
-        weights_version: optimizer-update count of the weights the server holds (0 = as started).
-        stats: counters — ``requests``, ``generated_tokens``, ``weight_pushes``.
+        weight_sync: the sync point (:class:`~rlvr.engines.weight_sync.ServerWeightSync`: ``version``,
+            ``push``, ``pushes``), or None.
+        stats: counters — ``requests``, ``generated_tokens``.
     """
 
     def __init__(
@@ -157,7 +158,7 @@ class VLLMEngine:
         *,
         eos_token_ids: Sequence[int] | set[int],
         model_name: str = "rlvr-policy",
-        weight_sync: WeightSync | None = None,
+        transport: WeightTransport | None = None,
         max_concurrency: int = 256,
         server: Any = None,
         weights_dtype: torch.dtype | None = None,
@@ -169,13 +170,12 @@ class VLLMEngine:
         self.client = client
         self.eos_token_ids = {int(i) for i in eos_token_ids}
         self.model_name = model_name
-        self.weight_sync = weight_sync
+        self.weight_sync = ServerWeightSync(transport, client) if transport is not None else None
         self.max_concurrency = int(max_concurrency)
         self.server = server
         self.weights_dtype = weights_dtype
-        self.weights_version = 0
         self.on_close: list[Any] = []  # callables run by close() after the server stops (temp-dir cleanup)
-        self.stats = {"requests": 0, "generated_tokens": 0, "weight_pushes": 0}
+        self.stats = {"requests": 0, "generated_tokens": 0}
 
     # ------------------------------------------------------------------------------------------
     def _body(self, req: GenerationRequest, index: int, params: SamplingParams) -> dict[str, Any]:
@@ -272,39 +272,17 @@ class VLLMEngine:
         return results
 
     # ------------------------------------------------------------------------------------------
-    def update_weights(self, model: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> bool:
-        """Push ``model``'s weights if the server does not hold ``version`` yet.
-
-        Args:
-            model: the policy (or its state dict, HF names).
-            version: optimizer-update count of these weights.
-
-        Returns:
-            True when a push happened.
-
-        Raises:
-            VLLMServerError: the push failed (the server is resumed either way).
-        """
-        if version == self.weights_version or self.weight_sync is None:
-            return False
-        sd = model.state_dict() if isinstance(model, torch.nn.Module) else model
-        self.weight_sync.push(sd, self.client)
-        self.weights_version = int(version)
-        self.stats["weight_pushes"] += 1
-        return True
-
     def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Any) -> None:
         """Protocol method: push ``state_dict`` (or a module's) now, whatever the version.
 
         Raises:
-            ValueError: the engine has no weight sync (connected read-only).
+            ValueError: the engine has no sync point (``vllm.weight_sync=none``).
             VLLMServerError: the push failed.
         """
         if self.weight_sync is None:
             raise ValueError("VLLMEngine.load_weights: this engine has no weight sync (vllm.weight_sync=none)")
         sd = state_dict.state_dict() if isinstance(state_dict, torch.nn.Module) else state_dict
-        self.weight_sync.push(sd, self.client)
-        self.stats["weight_pushes"] += 1
+        self.weight_sync.push(sd.items(), self.weight_sync.version)
 
     def close(self) -> None:
         """Stop the server if this engine owns it (idempotent)."""

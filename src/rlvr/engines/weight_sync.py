@@ -1,39 +1,38 @@
 """Weight sync: how a generation engine that does not share the trainer's module gets new weights.
 
-The trainer (and, under ``torchrun``, the distributed wrapper) calls one function after the
-optimizer steps of a round and before the next generation::
+Two layers:
 
-    sync_policy(engine, model, version)
+* the **sync point** — the engine's ``weight_sync`` attribute, an object with ``version`` (the
+  weights' optimizer-update count) and ``push(named_tensors, version)``: the protocol of
+  :mod:`rlvr.distributed.weights` (helper ``dist``), so the distributed trainer and
+  :func:`sync_policy` call the same thing. An engine without one (the colocated
+  :class:`~rlvr.engines.hf.HFEngine`, which samples from the very module being trained) needs nothing;
+* the **transport** behind a server engine's sync point (:class:`WeightTransport`:
+  ``push(state_dict, client)``). :class:`FilesystemWeightSync` works everywhere (CPU included): write
+  the weights as safetensors into a directory, pause the server (in-flight requests finish first),
+  ``reload_weights`` from that directory, drop the prefix cache (its KV blocks were computed with the
+  old weights), resume. vLLM's NCCL weight transfer (``/init_weight_transfer_engine`` +
+  ``/update_weights``) needs a GPU and is not implemented here.
 
-* an engine without ``update_weights`` (the colocated :class:`~rlvr.engines.hf.HFEngine`, which
-  samples from the very module being trained) needs nothing: it is a no-op;
-* an engine with ``update_weights(model, version)`` (the vLLM server engine) pushes the weights
-  through its :class:`WeightSync` — at most once per ``version``.
-
-A :class:`WeightSync` is the pluggable transport. :class:`FilesystemWeightSync` works everywhere
-(CPU included): write the weights as safetensors into a directory, pause the server (in-flight
-requests finish first), ``reload_weights`` from that directory, drop the prefix cache (its KV
-blocks were computed with the old weights), resume. vLLM's NCCL weight transfer
-(``/init_weight_transfer_engine`` + ``/update_weights``) needs a GPU and is not implemented here.
-
-Distributed: every rank calls :func:`sync_policy` at the same point; with ``torch.distributed``
-initialised only rank 0 writes and pushes (after the gradient all-reduce every rank holds the same
-weights) and all ranks then meet at a barrier, so no rank generates from stale weights.
+Distributed (:class:`ServerWeightSync`): every rank calls ``push`` at the same point and drains the
+tensors (gathering sharded ones is a collective); only rank 0 sends them to the shared server, then all
+ranks meet at a barrier, so no rank generates from stale weights.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["WeightSync", "FilesystemWeightSync", "sync_policy", "export_state_dict"]
+__all__ = ["WeightTransport", "FilesystemWeightSync", "ServerWeightSync", "sync_policy", "export_state_dict",
+           "named_full_tensors"]
 
 
 @runtime_checkable
-class WeightSync(Protocol):
+class WeightTransport(Protocol):
     """A transport that makes a server sample from new weights."""
 
     def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> None:
@@ -157,31 +156,69 @@ def _dist_rank() -> tuple[int, bool]:
     return 0, False
 
 
+def named_full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of ``model.state_dict()``, sharded ``DTensor`` s gathered to full tensors
+    (a collective then: every rank must drain it)."""
+    for name, t in model.state_dict().items():
+        if hasattr(t, "full_tensor"):
+            t = t.full_tensor()
+        yield name, t.detach()
+
+
+class ServerWeightSync:
+    """The sync point of a server engine: ``version`` + ``push(named_tensors, version)``.
+
+    Args:
+        transport: how the tensors reach the server (:class:`FilesystemWeightSync`).
+        client: the server's client, handed to the transport.
+
+    Attributes:
+        version: optimizer-update count of the weights the server holds (0 = as started).
+        pushes: completed pushes (on this rank).
+    """
+
+    def __init__(self, transport: WeightTransport, client: Any) -> None:
+        self.transport = transport
+        self.client = client
+        self.version = 0
+        self.pushes = 0
+
+    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Rank 0 (or a single process) sends the tensors; other ranks only drain them; then a barrier.
+
+        ``version`` is recorded only after a successful push (a failed one is retried next round).
+
+        Raises:
+            rlvr.engines.vllm_server.VLLMServerError: the server refused a step.
+        """
+        rank, distributed = _dist_rank()
+        if rank == 0:
+            self.transport.push(dict(named_tensors), self.client)
+            self.pushes += 1
+        else:
+            for _ in named_tensors:
+                pass
+        self.version = int(version)
+        if distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
 def sync_policy(engine: Any, model: torch.nn.Module, version: int) -> bool:
     """Make ``engine`` sample from ``model``'s weights at optimizer-update count ``version``.
 
     Args:
-        engine: any engine; one without ``update_weights`` is colocated (no-op).
+        engine: any engine; one without a ``weight_sync`` sync point is colocated (no-op).
         model: the trained policy.
         version: optimizer updates applied to ``model`` (the trainer's ``global_step``).
 
     Returns:
-        True when weights were pushed (on this rank), False when nothing had to be done.
-
-    Under ``torch.distributed`` every rank must call this at the same point: rank 0 pushes, then all
-    ranks pass a barrier (the engine is one shared server; see docs/vllm.md).
+        True when the weights were pushed, False when the engine already held ``version`` (or needs
+        no sync).
     """
-    update = getattr(engine, "update_weights", None)
-    if update is None:
+    ws = getattr(engine, "weight_sync", None)
+    if ws is None or ws.version == version:
         return False
-    rank, distributed = _dist_rank()
-    pushed = False
-    if rank == 0:
-        pushed = bool(update(model, version))
-    elif hasattr(engine, "weights_version"):
-        engine.weights_version = version
-    if distributed:
-        import torch.distributed as dist
-
-        dist.barrier()
-    return pushed
+    ws.push(named_full_tensors(model), version)
+    return True
