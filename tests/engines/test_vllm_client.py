@@ -167,7 +167,7 @@ def test_trainer_pushes_weights_before_each_round(tmp_path, toy_task):
     policy, tok = build_tiny_model(0)
     with FakeVLLM(copy.deepcopy(policy), tok) as fake:
         cfg = small_config(tmp_path / "run", "max_steps=3", "engine=vllm", f"vllm.url={fake.url}",
-                           f"vllm.sync_dir={tmp_path / 'sync'}")
+                           f"vllm.sync_dir={tmp_path / 'sync'}", "model.dtype=fp32")
         trainer = Trainer(cfg, policy, tok, toy_task)
         assert isinstance(trainer.engine, VLLMEngine)
         sums = {0: checksum(policy)}

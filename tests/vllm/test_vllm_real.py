@@ -126,7 +126,7 @@ def test_trainer_on_a_vllm_server_it_owns(tmp_path, toy_task):
     from rlvr.trainer.trainer import Trainer
 
     policy, tok = build_tiny_model(0, **TINY)
-    cfg = small_config(tmp_path / "run", "max_steps=2", *vllm_overrides(tmp_path))
+    cfg = small_config(tmp_path / "run", "max_steps=2", "model.dtype=fp32", *vllm_overrides(tmp_path))
     trainer = Trainer(cfg, policy, tok, toy_task)
     try:
         pid = trainer.engine.server.proc.pid
