@@ -178,6 +178,11 @@ class RLConfig(_Strict):
                 f"vllm_importance_sampling_correction with max_async_level={self.max_async_level}: overlapped rounds "
                 "take their old log-probs from the engine, so there is no trainer-side old policy to correct towards"
             )
+        if self.max_async_level > 0 and self.schedule == "staged" and self.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+            raise ValueError(
+                "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
+                f"max_async_level={self.max_async_level} later stages are drawn before it: use continue_loader"
+            )
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
                 f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "
