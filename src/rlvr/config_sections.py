@@ -289,7 +289,7 @@ without it vLLM reserves ~92 % of the machine's memory). ``weight_sync: filesyst
     enforce_eager: bool = False
     max_model_len: int | None = Field(None, ge=1)
     startup_timeout_s: float = Field(600.0, gt=0)
-    request_timeout_s: float = Field(600.0, gt=0)
+    request_timeout_s: float = Field(3600.0, gt=0)
     max_concurrency: int = Field(256, ge=1)
     weight_sync: Literal["filesystem", "none"] = "filesystem"
     sync_dir: str | None = None

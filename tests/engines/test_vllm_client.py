@@ -154,6 +154,10 @@ def test_filesystem_sync_order_content_and_versions(served, tmp_path):
     with pytest.raises(VLLMServerError, match="collective_rpc"):
         sync_policy(eng, policy, 2)
     assert fake.paths()[-1] == "/resume" and not fake.paused and eng.weight_sync.version == 1
+    # a server without the dev-mode endpoints: the error says how to start it
+    fake.fail_next["/pause"] = 404
+    with pytest.raises(VLLMServerError, match="VLLM_SERVER_DEV_MODE=1"):
+        sync_policy(eng, policy, 3)
     # a colocated engine needs no sync
     assert sync_policy(HFEngine(policy, fake.tokenizer), policy, 5) is False
 

@@ -135,7 +135,13 @@ class FilesystemWeightSync:
             rlvr.engines.vllm_server.VLLMServerError: a server call failed.
         """
         self.write(state_dict)
-        client.pause()
+        try:
+            client.pause()
+        except Exception as e:
+            if "HTTP 404" in str(e):
+                raise type(e)(f"{e}\n  the weight-sync endpoints exist only when the server runs with "
+                              "VLLM_SERVER_DEV_MODE=1 (rlvr sets it for servers it starts)") from None
+            raise
         try:
             client.collective_rpc("reload_weights", weights_path=str(self.directory))
             client.reset_prefix_cache()
