@@ -273,7 +273,10 @@ class VLLMConfig(_Strict):
     ``VLLM_SERVER_DEV_MODE=1`` and ``--logprobs-mode processed_logprobs``; it must read
     ``sync_dir``). ``dtype`` ``auto`` follows ``model.dtype``. ``max_model_len`` ``None`` = the
     model's own limit. ``cpu_kv_cache_gib``: the CPU backend's KV cache size (``VLLM_CPU_KVCACHE_SPACE``;
-without it vLLM reserves ~92 % of the machine's memory). ``weight_sync: filesystem`` writes safetensors to ``sync_dir`` (``None``: a
+without it vLLM reserves ~92 % of the machine's memory). ``seed_requests``: send each request a seed
+(reproducible draws) — off by default because vLLM 0.32's CPU worker crashes ("CPU Generator does not
+use offset") when a seeded request's prefill is split across scheduler steps, which long or many
+prompts cause; the server itself is started with ``--seed`` = the run seed. ``weight_sync: filesystem`` writes safetensors to ``sync_dir`` (``None``: a
     fresh temporary folder) and reloads them after each round's
     optimizer steps; ``none`` never pushes (a frozen policy, e.g. evaluation).
     """
@@ -291,6 +294,7 @@ without it vLLM reserves ~92 % of the machine's memory). ``weight_sync: filesyst
     startup_timeout_s: float = Field(600.0, gt=0)
     request_timeout_s: float = Field(3600.0, gt=0)
     max_concurrency: int = Field(256, ge=1)
+    seed_requests: bool = False
     weight_sync: Literal["filesystem", "none"] = "filesystem"
     sync_dir: str | None = None
     served_model_name: str = "rlvr-policy"

@@ -49,6 +49,9 @@ def test_protocol_and_request_bodies(served):
     assert [b["seed"] for b in bodies] == [request_seed(11, 0), request_seed(11, 1)]
     assert request_seed(11, 0) != request_seed(11, 1) and request_seed(11, 0) != request_seed(12, 0)
     assert all(len(g.token_ids) <= 4 for g in out[1])
+    eng.seed_requests = False  # the config default (vLLM CPU crashes on split seeded prefills)
+    eng.generate(reqs, SamplingParams(max_new_tokens=6, seed=11))
+    assert all("seed" not in b for b in _completion_bodies(fake)[2:])
 
 
 def test_parse_matches_the_server_generation(served):
@@ -171,7 +174,8 @@ def test_trainer_pushes_weights_before_each_round(tmp_path, toy_task):
     policy, tok = build_tiny_model(0)
     with FakeVLLM(copy.deepcopy(policy), tok) as fake:
         cfg = small_config(tmp_path / "run", "max_steps=3", "engine=vllm", f"vllm.url={fake.url}",
-                           f"vllm.sync_dir={tmp_path / 'sync'}", "model.dtype=fp32")
+                           f"vllm.sync_dir={tmp_path / 'sync'}", "model.dtype=fp32",
+                           "vllm.seed_requests=true")
         trainer = Trainer(cfg, policy, tok, toy_task)
         assert isinstance(trainer.engine, VLLMEngine)
         sums = {0: checksum(policy)}

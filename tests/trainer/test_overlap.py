@@ -24,7 +24,8 @@ def _run(tmp_path, name, level, *extra, resume=None):
 
     with FakeVLLM(copy.deepcopy(policy), tok) as fake:
         cfg = small_config(tmp_path / name, "max_steps=5", "engine=vllm", f"vllm.url={fake.url}",
-                           f"vllm.sync_dir={tmp_path / name / 'sync'}", f"max_async_level={level}", "model.dtype=fp32", *extra)  # fp32: log-probs compared exactly
+                           f"vllm.sync_dir={tmp_path / name / 'sync'}", f"max_async_level={level}", "model.dtype=fp32",
+                           "vllm.seed_requests=true", *extra)  # seeded draws: exact resume on the fake server  # fp32: log-probs compared exactly
         tr = Trainer(cfg, policy, tok, ToyTask())
         if resume is not None:
             load_checkpoint(tr, resume)

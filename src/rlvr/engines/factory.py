@@ -169,6 +169,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
         engine = VLLMEngine(
             client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, transport=sync,
             max_concurrency=v.max_concurrency, server=server, weights_dtype=_TORCH_DTYPES[dtype],
+            seed_requests=v.seed_requests,
         )
     except BaseException:
         if server is not None:

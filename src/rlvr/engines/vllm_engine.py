@@ -23,9 +23,11 @@ behaviour log-prob is 0.0 (the point mass it was drawn from).
 Weights: :attr:`VLLMEngine.weight_sync` is the sync point the trainer calls
 (:func:`rlvr.engines.weight_sync.sync_policy`), over a transport (filesystem by default).
 
-Seeds: vLLM seeds each of a request's ``n`` samples with ``seed + index``; rlvr derives one seed per
-request from the call's seed and the request index (far apart, so the streams never overlap). The
-server's numerics depend on how it batches, so a seed makes runs repeatable up to that, not bitwise.
+Seeds (``seed_requests``): vLLM seeds each of a request's ``n`` samples with ``seed + index``; rlvr
+derives one seed per request from the call's seed and the request index (far apart, so the streams
+never overlap). The server's numerics depend on how it batches, so a seed makes runs repeatable up to
+that, not bitwise. Off in the default config: vLLM 0.32's CPU worker crashes on seeded requests whose
+prefill is split across steps.
 
 Source: vLLM 0.32 ``vllm/entrypoints/openai/completion/protocol.py`` (``return_token_ids``,
 ``stop_token_ids``, ``logprobs``), ``vllm/v1/engine/parallel_sampling.py`` (child seeds).
@@ -144,6 +146,9 @@ class VLLMEngine:
         server: the :class:`~rlvr.engines.vllm_server.VLLMServer` this engine owns (closed by
             :meth:`close`), or None when connected to someone else's server.
         weights_dtype: dtype the pushed tensors are cast to (the server's dtype).
+        seed_requests: send each request its own seed (:func:`request_seed`). Off by default in the
+            config (``vllm.seed_requests``): vLLM 0.32's CPU worker fails with "CPU Generator does not
+            use offset" when a seeded request's prefill is split across steps (chunked prefill).
 
     Attributes:
         eos_token_ids: ``set[int]``.
@@ -162,6 +167,7 @@ class VLLMEngine:
         max_concurrency: int = 256,
         server: Any = None,
         weights_dtype: torch.dtype | None = None,
+        seed_requests: bool = True,
     ) -> None:
         if not eos_token_ids:
             raise ValueError("VLLMEngine: eos_token_ids is empty (the tokenizer has no eos_token_id?)")
@@ -174,6 +180,7 @@ class VLLMEngine:
         self.max_concurrency = int(max_concurrency)
         self.server = server
         self.weights_dtype = weights_dtype
+        self.seed_requests = bool(seed_requests)
         self.on_close: list[Any] = []  # callables run by close() after the server stops (temp-dir cleanup)
         self.stats = {"requests": 0, "generated_tokens": 0}
 
@@ -194,7 +201,7 @@ class VLLMEngine:
         if not greedy:
             body["top_p"] = float(params.top_p)
             body["top_k"] = int(params.top_k) if params.top_k > 0 else -1
-            if params.seed is not None:
+            if params.seed is not None and self.seed_requests:
                 body["seed"] = request_seed(params.seed, index)
         return body
 
