@@ -10,6 +10,8 @@ from rlvr.testing import ToyTask  # noqa: F401 (re-exported for fixtures)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "offline")  # logging.report_to=[wandb] never reaches the network in tests
+os.environ.setdefault("WANDB_SILENT", "true")
 # model.dtype=auto follows the CPU (rlvr.precision): pin the probe to "no native bf16" so the suite runs
 # the same fp32 numerics on every machine; tests of the bf16 branch set RLVR_CPU_BF16=1 themselves.
 os.environ["RLVR_CPU_BF16"] = "0"

@@ -110,6 +110,7 @@ def test_pool_matches_in_process_and_splits_over_workers(tok):
 
 
 def test_hanging_reward_fn_is_cut_off_scored_zero_counted_and_pool_replaced(tok):
+    # one deadline per share (issue 12): with one worker the hung call takes its share's unscored calls with it
     sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.5, num_workers=1)
     try:
         b = make_batch(tok, ["ok-0", "hang-1", "ok-2", "bad-3"])
@@ -117,13 +118,52 @@ def test_hanging_reward_fn_is_cut_off_scored_zero_counted_and_pool_replaced(tok)
         with pytest.warns(UserWarning, match="did not return within reward_timeout_s=0.5"):
             st = sc.score(b)
         assert time.perf_counter() - t < 30  # not the 60 s of the hang
-        assert b.rewards.tolist() == [0.5, 0.0, 0.5, 0.0]  # items after the hung one still scored
-        assert (st.timeouts, st.errors, st.calls) == (1, 0, 4)
-        assert sc.timeouts_total == 1 and sc._pool.restarts == 1
+        assert b.rewards.tolist() == [0.5, 0.0, 0.0, 0.0]  # answered before the hang: kept
+        assert (st.timeouts, st.errors, st.calls) == (3, 0, 4)
+        assert sc.timeouts_total == 3 and sc._pool.restarts == 1
         b2 = make_batch(tok, ["ok-0", "ok-1"])  # the replacement worker keeps serving
         assert sc.score(b2).timeouts == 0 and b2.rewards.tolist() == [0.5, 0.5]
     finally:
         sc.close()
+
+
+def test_other_workers_shares_are_scored_while_one_hangs(tok):
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.5, num_workers=2)
+    try:
+        b = make_batch(tok, ["ok-0", "hang-1", "ok-2", "bad-3"])  # shares [ok-0, hang-1] and [ok-2, bad-3]
+        with pytest.warns(UserWarning, match="reward_timeout_s"):
+            st = sc.score(b)
+        assert b.rewards.tolist() == [0.5, 0.0, 0.5, 0.0]
+        assert (st.timeouts, st.errors, st.calls) == (1, 0, 4)
+    finally:
+        sc.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_n_hung_calls_take_about_one_timeout_not_n(tok, workers):
+    """Issue 12 item 9: 12 hung calls with a 1 s timeout took ≥ 12 s one at a time; now ≈ 1 s (bound 6 s)."""
+    n, t = 12, 1.0
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=t, num_workers=workers)
+    try:
+        sc.score(make_batch(tok, ["ok-0"] * workers))  # workers started and ready: start-up is not timed
+        b = make_batch(tok, [f"hang-{i}" for i in range(n)])
+        t0 = time.perf_counter()
+        with pytest.warns(UserWarning, match="reward_timeout_s"):
+            st = sc.score(b)
+        elapsed = time.perf_counter() - t0
+        assert st.timeouts == n and b.rewards.tolist() == [0.0] * n
+        assert elapsed < 0.5 * n * t, f"{n} hung calls took {elapsed:.1f} s with reward_timeout_s={t}"
+    finally:
+        sc.close()
+
+
+def test_no_built_in_recipe_disables_the_reward_timeout():
+    from rlvr.config import RECIPES_DIR, build_config
+
+    recipes = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+    assert "testbed" in recipes and len(recipes) >= 10
+    for name in recipes:
+        assert build_config([name]).reward_timeout_s > 0, name
 
 
 def test_worker_that_dies_counts_as_error_and_fatal_timeout_raises(tok):

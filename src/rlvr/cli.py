@@ -1,6 +1,10 @@
-"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr plot``.
+"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr export``, ``rlvr plot``, ``rlvr compare``.
 
-Configuration errors exit with code 2 and a message naming the key, before any model is loaded.
+Exit codes: 0 done; 1 a run-time failure (a model that cannot be loaded, a file that cannot be
+written, more than half of a run's reward calls failed, non-finite updates); 2 bad configuration or
+data, found before any model is loaded where possible; 3 a run stopped because no generation round
+gave a trainable group for ``max_idle_rounds`` rounds; 130 / 143 stopped by SIGINT / SIGTERM after
+writing a checkpoint.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from rlvr.errors import ConfigError, DataError, ModelLoadError, RlvrError
+from rlvr.errors import ConfigError, DataError, IdleRunError, ModelLoadError, RlvrError
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
+REWARD_FAILURE_LIMIT = 0.5
+"""``rlvr train`` exits 1 when more than this fraction of the run's reward calls failed (error or timeout)."""
+EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoint was written)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -28,19 +35,31 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``rlvr`` argument parser."""
+    from rlvr import __version__
+
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a policy")
     _common(t)
     t.add_argument("--resume", nargs="?", const="auto", default=None, metavar="auto|force|PATH",
                    help="continue from the latest checkpoint in the output dir (auto), ignoring config changes "
                         "(force), or from a given checkpoint folder")
+    t.add_argument("--overwrite", action="store_true",
+                   help="the output dir holds an earlier run: delete its training files (metrics, checkpoints, "
+                        "final/, tb/, config.yaml; nothing else) and start over")
     e = sub.add_parser("eval", help="pass@k and mean reward on the held-out split")
     _common(e)
-    e.add_argument("--checkpoint", help="model folder to evaluate (default: the config's model)")
+    e.add_argument("--checkpoint", help="model folder or LoRA adapter folder (e.g. RUN_DIR/final) to evaluate "
+                   "(default: the config's model)")
     e.add_argument("--tag", default="eval", help="result file name: OUTPUT_DIR/eval_<tag>.json")
     e.add_argument("--out", help="explicit JSON output path")
     e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems (N >= 1)")
+    ex = sub.add_parser("export", help="write a LoRA adapter folder merged into its base as a Hugging Face folder")
+    ex.add_argument("folder", help="a LoRA run's final/ or checkpoint-N/ (peft adapter format)")
+    ex.add_argument("--merge", action="store_true", required=True,
+                    help="merge the adapter into the base weights (required: the only export there is)")
+    ex.add_argument("--out", required=True, help="new folder for the merged model (must not exist or be empty)")
     pl = sub.add_parser("plot", help="PNG curves of a run directory")
     pl.add_argument("run_dir")
     pl.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
@@ -56,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--common", action="append", default=[], metavar="FILE",
                     help="config applied after every arm's recipes (e.g. testbed); repeatable")
     cp.add_argument("--report-only", action="store_true", help="only re-render report.md and the plots")
-    cp.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
+    cp.add_argument("--jobs", type=_positive_int, default=1, help="runs at once, each in its own process (default 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
     return parser
 
@@ -90,27 +109,36 @@ def _positive_int(text: str) -> int:
 def _resume_target(cfg, mode: str):
     """The checkpoint folder ``--resume MODE`` continues from, or None to start from scratch.
 
-    ``auto``: the latest complete ``checkpoint-N`` in the output dir; ``force``: the same, ignoring
-    config and data changes; anything else: that checkpoint folder. Unless forced, the saved config
-    (``max_steps``, ``save_steps``, ``logging``, ``eval`` ignored) and the content hashes of the task's
-    data files (``task.path``, ``task.eval_path``) must match the current ones.
+    ``auto``: the latest whole ``checkpoint-N`` in the output dir (newer ones that are incomplete or
+    corrupt are reported by name and skipped); ``force``: the same, ignoring config and data changes;
+    anything else: that checkpoint folder. Unless forced, the saved config (``max_steps``,
+    ``save_steps``, ``logging``, ``eval`` ignored) and the content hashes of the task's data files
+    (``task.path``, ``task.eval_path``) must match the current ones.
 
     Raises:
-        ConfigError: the folder is not a checkpoint, or the config or data changed (every difference
-            is named, old -> new).
+        ConfigError: the folder is not a checkpoint or is damaged, or the config or data changed
+            (every difference is named, old -> new).
     """
-    from rlvr.trainer.checkpoint import STATE_FILE, latest_checkpoint, resume_differences
+    from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
+    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable
 
     out = Path(cfg.logging.output_dir)
     if mode in ("auto", "force"):
-        ckpt = latest_checkpoint(out)
+        ckpt, skipped = find_resumable(out)
+        for bad, problems in skipped:
+            print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
         if ckpt is None:
-            print(f"rlvr: no checkpoint in {out}; starting from scratch", file=sys.stderr)
+            print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
             return None
+        if skipped:
+            print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
     else:
         ckpt = Path(mode)
-        if not (ckpt / STATE_FILE).exists():
+        if not (ckpt / STATE_FILE).exists() and not (ckpt / ".complete").exists():
             raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
+        problems = checkpoint_problems(ckpt)
+        if problems:
+            raise ConfigError(f"--resume {mode}: the checkpoint is incomplete or corrupt:\n  " + "\n  ".join(problems))
     if mode != "force":
         saved = json.loads((ckpt / STATE_FILE).read_text())
         changed = resume_differences(saved, cfg)
@@ -122,13 +150,61 @@ def _resume_target(cfg, mode: str):
     return ckpt
 
 
+def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
+    """Refuse an output dir that is a file, unwritable, or already holds a run (unless ``--resume``
+    or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs before the model
+    loads.
+
+    Raises:
+        OutputDirError: see above (exit 2); the message names the folder and the ways out.
+    """
+    from rlvr.errors import OutputDirError
+    from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
+
+    out = Path(cfg.logging.output_dir)
+    if args.overwrite and args.resume:
+        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
+                             f"{out} (--resume) or delete it and start over (--overwrite)")
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
+    old = run_artefacts(out)
+    if old and args.overwrite:
+        remove_run_artefacts(out)
+        print(f"rlvr: --overwrite: deleted the earlier run's {describe(old)} in {out}", file=sys.stderr)
+    elif old and not args.resume:
+        raise OutputDirError(
+            f"logging.output_dir {out} already holds a run ({describe(old)}). Continue it with --resume, "
+            f"start over with --overwrite (deletes those training files, nothing else), or choose another "
+            f"logging.output_dir."
+        )
+    return check_writable_dir(out)
+
+
+def _resume_command(argv: Sequence[str]) -> str:
+    """The command line that continues an interrupted ``rlvr train`` (``--resume`` added, ``--overwrite`` dropped)."""
+    import shlex
+
+    args = [a for a in argv if a != "--overwrite"]
+    if not any(a == "--resume" or a.startswith("--resume=") for a in args):
+        args.append("--resume")
+    return "rlvr " + " ".join(shlex.quote(a) for a in args)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    """``rlvr train``: validate everything cheap, then load the model and train."""
+    """``rlvr train``: validate everything cheap, then load the model and train.
+
+    Returns 1 when more than :data:`REWARD_FAILURE_LIMIT` of the run's reward calls failed.
+    """
     cfg = _load_config(args)
+    from rlvr.loggers import check_report_to
+
+    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
+    out = _prepare_output_dir(cfg, args)
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
     from rlvr.trainer.checkpoint import load_checkpoint
+    from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
     from rlvr.engines.factory import check_engine_config
@@ -137,38 +213,72 @@ def cmd_train(args: argparse.Namespace) -> int:
     task.problems("train")  # surface data errors before the model loads
     check_engine_config(cfg)
     model, tokenizer = load_policy(cfg.model)
-    out = Path(cfg.logging.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
     trainer = Trainer(cfg, model, tokenizer, task)
     try:
         if ckpt is not None:
             load_checkpoint(trainer, ckpt)
             print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
-        last = trainer.train()
+        elif args.resume and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
+            from rlvr.trainer.logger import _drop_rows_after
+
+            _drop_rows_after(out / "metrics.jsonl", 0)
+        try:
+            last = trainer.train()
+        except RunInterrupted as exc:
+            print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}", file=sys.stderr)
+            return exc.exit_code
     finally:
         trainer.close()  # stops a vLLM server the run started (also on Ctrl-C and errors)
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
+    s = trainer.summary
+    if s.failed_fraction > REWARD_FAILURE_LIMIT:
+        print(f"rlvr: {s.errors + s.timeouts} of {s.calls} reward calls failed ({s.errors} errors, {s.timeouts} "
+              f"timeouts): the run's rewards are mostly zeros from failures, not from the verifier. Check "
+              f"task.reward_fn and reward_timeout_s (the first error is in the log above).", file=sys.stderr)
+        return EXIT_RUNTIME
     print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
     return 0
 
 
+def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
+    """Where ``rlvr eval`` writes, checked before any model loads.
+
+    Raises:
+        ConfigError: ``--tag`` holds a path separator, or the output folder cannot be written.
+    """
+    from rlvr.trainer.run_dir import check_writable_dir
+
+    if any(sep in args.tag for sep in ("/", "\\", os.sep)) or args.tag in ("", ".", ".."):
+        raise ConfigError(f"--tag {args.tag!r}: a tag is part of a file name (eval_<tag>.json) and may not hold a "
+                          "path separator; use --out PATH to write elsewhere")
+    path = Path(args.out) if args.out else Path(cfg.logging.output_dir) / f"eval_{args.tag}.json"
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: is a directory (expected a JSON file path)")
+    check_writable_dir(path.parent, "--out" if args.out else "logging.output_dir")
+    return path
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``rlvr eval``: pass@k on the held-out split, written as JSON."""
+    """``rlvr eval``: pass@k on the held-out split, written as JSON (printed whole to stdout instead
+    when the file cannot be written, so the results are not lost; exit 1 then)."""
     cfg = _load_config(args)
     from rlvr.eval.evaluate import evaluate, write_eval
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
 
+    path = _check_eval_output(args, cfg)
     task = build_task(cfg.task)
     task.problems("eval")
-    model_cfg = cfg.model.model_copy(update={"name_or_path": args.checkpoint}) if args.checkpoint else cfg.model
-    if args.checkpoint and not Path(args.checkpoint).exists():
-        raise ModelLoadError(f"--checkpoint {args.checkpoint}: no such folder")
     from rlvr.engines.factory import build_engine, check_engine_config
 
     check_engine_config(cfg)
-    model, tokenizer = load_policy(model_cfg)
+    if args.checkpoint:
+        from rlvr.lora import load_checkpoint_policy
+
+        model, tokenizer = load_checkpoint_policy(cfg.model, args.checkpoint)  # a model folder or a LoRA adapter
+    else:
+        model, tokenizer = load_policy(cfg.model)
     e = cfg.eval
     engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
     try:
@@ -182,11 +292,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if engine is not None:
             engine.close()
     result["model"] = args.checkpoint or cfg.model.name_or_path
-    path = Path(args.out) if args.out else Path(cfg.logging.output_dir) / f"eval_{args.tag}.json"
-    write_eval(result, path)
+    try:
+        write_eval(result, path)
+    except OSError as exc:
+        print(json.dumps(result, indent=2, default=str))
+        print(f"rlvr: could not write {path} ({exc.strerror or exc}); the full results are printed above",
+              file=sys.stderr)
+        return EXIT_RUNTIME
     summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if k != "per_problem"}
     print(json.dumps(summary, indent=2))
     print(f"rlvr: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``rlvr export FOLDER --merge --out DIR``: base + LoRA adapter merged into one HF model folder."""
+    from rlvr.config import ModelConfig
+    from rlvr.lora import export_merged
+
+    path = export_merged(args.folder, args.out, ModelConfig())
+    print(f"rlvr: wrote {path}")
     return 0
 
 
@@ -199,37 +324,59 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """``rlvr compare``: run every unfinished arm x seed under the budget, then write the report."""
-    import yaml
+def _compare_spec(args: argparse.Namespace):
+    """The comparison from ``--spec`` and the flags.
 
-    from rlvr.compare.harness import Arm, Budget, CompareSpec, run_compare
-    from rlvr.compare.report import write_report
+    Raises:
+        ConfigError: no such spec file, a malformed spec (any bad value, named), no arm, no budget.
+    """
+    from rlvr.compare.harness import Arm, Budget, CompareSpec
+    from rlvr.config import safe_load_unique
 
+    where = f"--spec {args.spec}" if args.spec else "rlvr compare"
     if args.spec and not Path(args.spec).is_file():
         raise ConfigError(f"--spec {args.spec}: no such file (a comparison YAML: arms, seeds, budget, ...)")
-    d = yaml.safe_load(Path(args.spec).read_text()) if args.spec else {}
+    try:
+        d = safe_load_unique(Path(args.spec).read_text(encoding="utf-8"), args.spec) if args.spec else {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"--spec {args.spec}: not UTF-8 text (expected a YAML file)") from None
     if args.spec and not isinstance(d, dict):
         raise ConfigError(f"--spec {args.spec}: expected a mapping")
-    spec = CompareSpec.from_dict({**d, "budget": d.get("budget", args.budget or "steps=1"),
-                                  "arms": d.get("arms") or ["grpo"]})
-    if args.arm:
-        spec.arms = [Arm.parse(a) for a in args.arm]
-    if args.seeds:
-        try:
-            spec.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2") from None
-    if args.budget:
-        spec.budget = Budget.parse(args.budget)
-    elif not d.get("budget"):
+    if not args.arm and not d.get("arms"):
+        raise ConfigError(f"{where}: no arm to run: give --arm 'NAME=RECIPE [key=value ...]' (repeatable) "
+                          "or arms: in --spec")
+    if not args.budget and not d.get("budget"):
         raise ConfigError("rlvr compare needs a budget: --budget steps=N|rollouts=N|tokens=N or budget: in --spec")
+    try:
+        spec = CompareSpec.from_dict({**d, "budget": d.get("budget", args.budget), "arms": d.get("arms") or ["_"]})
+        if args.arm:
+            spec.arms = [Arm.parse(a) for a in args.arm]
+        if args.seeds:
+            try:
+                spec.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+            except ValueError:
+                raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2") from None
+        if args.budget:
+            spec.budget = Budget.parse(args.budget)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
     if args.out:
         spec.output_dir = args.out
     spec.base_configs += args.base
     spec.common_configs += args.common
     spec.common += args.overrides
     spec.__post_init__()
+    return spec
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``rlvr compare``: run every unfinished arm x seed under the budget, then write the report."""
+    from rlvr.compare.harness import run_compare
+    from rlvr.compare.report import write_report
+
+    spec = _compare_spec(args)
     if args.report_only:
         path = write_report(spec.output_dir, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     else:
@@ -245,27 +392,74 @@ def _yaml(d: dict) -> str:
     return yaml.safe_dump(d, sort_keys=False)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training loop (which handles it itself, see rlvr.trainer.lifecycle)."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    raise _Terminated()
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; ``key=value`` overrides may stand anywhere (before, between or after the
+    ``--config`` flags): they are collected in order and applied after every config file, so a
+    later override of the same key wins."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    bad = [a for a in extra if a.startswith("-") or "=" not in a]
+    if bad or (extra and not hasattr(args, "overrides")):
+        parser.parse_args(argv)  # argparse's own error message (exit 2)
+    if extra:
+        # argparse gives the first run of positionals to ``overrides`` and the rest to ``extra``;
+        # put them back in command-line order
+        order = {a: i for i, a in reversed(list(enumerate(argv)))}
+        args.overrides = sorted([*args.overrides, *extra], key=lambda a: order.get(a, 0))
+    args.argv = list(argv)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for configuration errors)."""
-    args = build_parser().parse_args(argv)
+    """Entry point; returns the process exit code (see the module docstring)."""
+    import signal
+    import threading
+
+    from rlvr.trainer.lifecycle import RunInterrupted
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
-    handlers = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "compare": cmd_compare}
+    handlers = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"rlvr: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (DataError, ModelLoadError, FileNotFoundError) as exc:
+    except (DataError, ModelLoadError) as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(exc, DataError) else EXIT_RUNTIME
+    except IdleRunError as exc:
+        print(f"rlvr: stopped: {exc}", file=sys.stderr)
+        return EXIT_IDLE
     except RlvrError as exc:
         print(f"rlvr: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", EXIT_RUNTIME)
+    except OSError as exc:  # disk full, permissions, a file vanished: name the file, no traceback
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"rlvr: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_RUNTIME
-    except KeyboardInterrupt:
-        print("rlvr: interrupted", file=sys.stderr)
-        return 130
+    except RunInterrupted as exc:
+        print(f"rlvr: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, _Terminated)
+        print(f"rlvr: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
+        return 143 if term else 130
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 if __name__ == "__main__":

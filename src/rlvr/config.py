@@ -23,6 +23,7 @@ from rlvr.config_sections import (
     FBOSConfig,
     IBTPOConfig,
     LoggingConfig,
+    LoraConfig,
     ModelConfig,
     MuGRPOConfig,
     TaskConfig,
@@ -113,14 +114,22 @@ class RLConfig(_Strict):
     fbos: FBOSConfig = Field(default_factory=FBOSConfig)
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
+    save_total_limit: int | None = Field(None, ge=1)  # keep the newest N checkpoint-* folders (TRL's name)
     max_consecutive_nonfinite: int = Field(5, ge=1)
+    max_idle_rounds: int = Field(10, ge=1)  # rounds in a row without an update → checkpoint, exit 3 (Trainer.train)
     reward_errors_fatal: bool = False
-    reward_timeout_s: float = Field(30.0, ge=0)  # per verifier call; 0 = no limit (rlvr.rewards.VerifierPool)
+    reward_timeout_s: float = Field(30.0, ge=0)  # per worker's share of a batch (one deadline, shares in parallel); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trl_names(cls, data: Any) -> Any:
+        """TRL's ``gradient_accumulation_steps`` and ``num_train_epochs`` (see :func:`resolve_trl_batch_names`)."""
+        return resolve_trl_batch_names(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _check_geometry(self) -> "RLConfig":
@@ -183,6 +192,11 @@ class RLConfig(_Strict):
                 "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
                 f"max_async_level={self.max_async_level} later stages are drawn before it: use continue_loader"
             )
+        if self.engine == "vllm" and self.model.lora.r > 0:
+            raise ValueError(
+                "engine=vllm with model.lora.r > 0 is not supported: the server is given full weights, not LoRA "
+                "adapters (use engine=hf, or merge the adapter first: rlvr export --merge)"
+            )
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
                 f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "
@@ -202,11 +216,83 @@ class RLConfig(_Strict):
         return self.generation_batch_size // self.num_generations
 
 
+def _int(v: Any, default: int) -> int | None:
+    v = default if v is None else v
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def resolve_trl_batch_names(data: dict[str, Any]) -> dict[str, Any]:
+    """Translate TRL's batch-size names where rlvr has the same meaning; refuse them where it has not.
+
+    ``gradient_accumulation_steps`` (TRL: micro-batches per optimizer step): here an optimizer step
+    takes ``B = generation_batch_size / steps_per_generation`` completions in micro-batches of
+    ``per_device_train_batch_size`` rows, so the same meaning is ``per_device_train_batch_size =
+    B / gradient_accumulation_steps`` (set from it when absent, checked when present).
+    ``num_train_epochs`` (TRL: passes over the prompt dataset) has no counterpart (a run is
+    ``max_steps`` updates) and is not ``num_iterations`` (passes over one generation batch): refused
+    with the ``max_steps`` that would give those epochs.
+
+    Args:
+        data: the merged raw config mapping (not modified).
+
+    Returns:
+        ``data`` without ``gradient_accumulation_steps``, with ``per_device_train_batch_size`` set.
+
+    Raises:
+        ValueError: ``num_train_epochs`` given; ``gradient_accumulation_steps`` not an integer ≥ 1,
+            not dividing ``B``, or inconsistent with an explicit ``per_device_train_batch_size``.
+    """
+    gbs, spg = _int(data.get("generation_batch_size"), 64), _int(data.get("steps_per_generation"), 1)
+    g, ni = _int(data.get("num_generations"), 8), _int(data.get("num_iterations"), 1)
+    if "num_train_epochs" in data:
+        epochs = data["num_train_epochs"]
+        hint = ""
+        task = data.get("task") if isinstance(data.get("task"), dict) else {}
+        d = _int(task.get("train_size"), 1000)
+        if all(isinstance(x, int) and x > 0 for x in (gbs, spg, g, ni, d)) and isinstance(epochs, (int, float)) \
+                and not isinstance(epochs, bool) and epochs > 0 and gbs >= g:
+            rounds = -(-int(epochs * d) // (gbs // g))
+            hint = (f" Here ({d} training prompts, {gbs // g} per generation round, {spg * ni} updates per round) "
+                    f"num_train_epochs={epochs} would be max_steps={rounds * spg * ni}.")
+        raise ValueError(
+            "num_train_epochs (TRL: passes over the prompt dataset) is not accepted: an rlvr run lasts max_steps "
+            "optimizer updates, and num_iterations (passes over each generation batch) means something else. "
+            "Set max_steps = epochs × training prompts / (generation_batch_size / num_generations) × "
+            "steps_per_generation × num_iterations." + hint
+        )
+    if "gradient_accumulation_steps" not in data:
+        return data
+    data = dict(data)
+    ga = data.pop("gradient_accumulation_steps")
+    if not (isinstance(ga, int) and not isinstance(ga, bool) and ga >= 1):
+        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1 (got {ga!r})")
+    if gbs is None or spg is None or spg < 1 or gbs % spg:
+        return data  # the geometry check reports the batch sizes themselves
+    per_update = gbs // spg
+    if per_update % ga:
+        raise ValueError(
+            f"gradient_accumulation_steps={ga} does not divide the {per_update} completions of one optimizer step "
+            f"(generation_batch_size={gbs} / steps_per_generation={spg}) into equal micro-batches"
+        )
+    pd = data.get("per_device_train_batch_size")
+    if pd is not None and pd != per_update // ga:
+        raise ValueError(
+            f"gradient_accumulation_steps={ga} × per_device_train_batch_size={pd} = {ga * pd if isinstance(pd, int) else pd} "
+            f"completions per optimizer step, but an optimizer step here takes generation_batch_size / "
+            f"steps_per_generation = {gbs} / {spg} = {per_update}: set generation_batch_size={ga * pd * spg if isinstance(pd, int) else '?'}, "
+            f"or drop one of the two (per_device_train_batch_size={per_update // ga} matches)"
+        )
+    data["per_device_train_batch_size"] = per_update // ga
+    return data
+
+
 # ---------------------------------------------------------------------------------------------------
 # aliases (grpo_core.md §12): alias path → (canonical path, value translation or None)
 
 _BOOL_SCALE = {True: "group", False: "none", "true": "group", "false": "none"}
 ALIASES: dict[str, tuple[str, Any]] = {
+    "output_dir": ("logging.output_dir", None),  # TRL's TrainingArguments name
+    "logging_steps": ("logging.logging_steps", None),
     "n": ("num_generations", None),
     "rollout.n": ("num_generations", None),
     "n_samples_per_prompt": ("num_generations", None),
@@ -256,6 +342,11 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "uec.replay_admit": ("uec.replay_admission", None),
     "ib_tpo.lambda_ib": ("ib_tpo.ib_lambda", None),
     "fbos.combine": ("fbos.combine_mode", None),
+    "model.lora_rank": ("model.lora.r", None),  # verl
+    "model.lora.rank": ("model.lora.r", None),
+    "model.lora_alpha": ("model.lora.alpha", None),  # verl
+    "model.lora.lora_alpha": ("model.lora.alpha", None),  # peft
+    "model.lora.lora_dropout": ("model.lora.dropout", None),  # peft
 }
 
 
@@ -370,11 +461,52 @@ def _looks_like_float(s: str) -> bool:
     return any(c in s.lower() for c in "e.") and s.lower() not in ("inf", "nan", "-inf")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping holding the same key twice (PyYAML keeps the last
+    one silently). Interpretation: a duplicate key in a config is almost always an edit mistake, so
+    it is an error naming both lines, as ``yamllint``'s ``key-duplicates`` rule reports it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # unhashable key: let the base class report it
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}: first on line {first}, again on line {line}",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load_unique(text: str, where: str | Path) -> Any:
+    """Parse YAML ``text`` like ``yaml.safe_load`` but refuse duplicate mapping keys.
+
+    Raises:
+        ConfigError: not valid YAML, or a key repeated in one mapping (``where``, the key and both
+            line numbers are named).
+    """
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.constructor.ConstructorError as exc:
+        if exc.problem and exc.problem.startswith("duplicate key"):
+            raise ConfigError(f"{where}: {exc.problem}") from None
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read one YAML mapping; a bare recipe name (``grpo``) is looked up in ``rlvr/recipes/``.
 
     Raises:
-        ConfigError: the file does not exist, is not valid YAML, or is not a mapping.
+        ConfigError: the file does not exist, is a folder, is not valid YAML (or not UTF-8), repeats
+            a key, or is not a mapping.
     """
     p = Path(path)
     if not p.exists() and not p.suffix and (RECIPES_DIR / f"{path}.yaml").exists():
@@ -382,10 +514,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         known = ", ".join(sorted(x.stem for x in RECIPES_DIR.glob("*.yaml")))
         raise ConfigError(f"config file {str(path)!r} not found (built-in recipes: {known})")
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a directory (expected a YAML file)")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}): expected a YAML file") from None
+    data = safe_load_unique(text, p) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of keys to values, got {type(data).__name__}")
     return data

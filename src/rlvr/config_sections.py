@@ -16,6 +16,71 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
 
+LORA_INIT_CHOICES = ("true", "false", "gaussian")
+
+
+class LoraConfig(_Strict):
+    """LoRA adapters through ``peft`` (``model.lora.*``); ``r = 0`` (the default) trains every weight.
+
+    Field names and meanings are peft's ``LoraConfig`` (Hu et al. 2021, "LoRA", §4.1: the update of a
+    weight ``W`` is ``(alpha / r) · B A`` with ``A`` ``[r, in]``, ``B`` ``[out, r]``):
+
+    * ``r``: adapter rank (0 = off).
+    * ``alpha``: scaling numerator (``lora_alpha``); the update is scaled by ``alpha / r``.
+    * ``dropout``: dropout on the adapter's input (``lora_dropout``), in ``[0, 1)``.
+    * ``target_modules``: module-name suffixes to adapt (a list, or one comma-separated string), or ``"all-linear"`` (the default): every
+      ``nn.Linear`` of the decoder blocks, never the LM head (peft's own meaning of ``all-linear``).
+    * ``init_lora_weights``: ``true`` (peft's default: Kaiming-uniform ``A``, zero ``B``, so the
+      adapted model starts equal to the base), ``gaussian`` (normal ``A``, zero ``B``) or ``false``
+      (random ``B`` too: the start differs from the base; for tests). Initialisations that rewrite the
+      base weights (PiSSA, OLoRA, LoftQ) are refused: the reference policy is the base model with
+      adapters disabled, and base weights must stay the original ones.
+    * ``merged_generation``: the engine samples from a separate copy of the model whose adapted
+      weights are ``W + (alpha/r) B A``, refreshed from the unchanged base weights after every update
+      (default; measured faster on CPU, ``benchmarks/bench_lora.py``), or — ``false`` — through the
+      peft layers themselves (no copy of the adapted weights; slower per decode step).
+    """
+
+    r: int = Field(0, ge=0)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    init_lora_weights: bool | Literal["gaussian"] = True
+    merged_generation: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_base_rewriting_init(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            init = data.get("init_lora_weights")
+            if isinstance(init, str) and init.lower() not in LORA_INIT_CHOICES:
+                raise ValueError(
+                    f"init_lora_weights {init!r} is not supported; use true, false or gaussian "
+                    "(initialisations that rewrite the base weights, such as pissa, olora or loftq, would make "
+                    "the adapter-disabled reference policy differ from the original model)"
+                )
+            if isinstance(init, str) and init.lower() in ("true", "false"):
+                data = {**data, "init_lora_weights": init.lower() == "true"}
+            tm = data.get("target_modules")
+            if isinstance(tm, str) and tm != "all-linear":  # "q_proj,v_proj" from the command line
+                data = {**data, "target_modules": [x.strip() for x in tm.split(",")]}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "LoraConfig":
+        if isinstance(self.target_modules, list):
+            if not self.target_modules:
+                raise ValueError("target_modules: an empty list adapts nothing; give module names "
+                                 "(e.g. [q_proj, v_proj]) or all-linear")
+            bad = [m for m in self.target_modules if not isinstance(m, str) or not m.strip()]
+            if bad:
+                raise ValueError(f"target_modules: empty module name in {self.target_modules}")
+            if "lm_head" in self.target_modules:
+                raise ValueError("target_modules: lm_head cannot be adapted (the chunked log-prob "
+                                 "path reads the head's weight directly); adapt decoder projections only")
+        return self
+
+
 class ModelConfig(_Strict):
     """Which policy to load. ``name_or_path``: ``default`` (embedded SmolLM2-135M-Instruct), a local
     folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network).
@@ -23,7 +88,7 @@ class ModelConfig(_Strict):
     ``dtype`` is the precision policy (:mod:`rlvr.precision`): ``auto`` (bf16 autocast where bf16 is
     native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights)
     or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
-    ``fp16-pure``."""
+    ``fp16-pure``. ``lora``: train LoRA adapters instead of every weight (:class:`LoraConfig`)."""
 
     name_or_path: str = "default"
     gguf_file: str | None = None
@@ -31,6 +96,7 @@ class ModelConfig(_Strict):
     dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "fp16-pure"] = "auto"
     revision: str | None = None
     gradient_checkpointing: bool = False
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @field_validator("dtype", mode="before")
     @classmethod
@@ -92,7 +158,14 @@ class DynamicSamplingConfig(_Strict):
 
 
 class LoggingConfig(_Strict):
-    """Where and how often the run reports."""
+    """Where and how often the run reports.
+
+    ``report_to``: where step scalars go besides ``metrics.jsonl`` — any of ``tensorboard`` (default),
+    ``wandb``, ``mlflow`` (optional extras: ``pip install 'rlvr[wandb]'`` / ``'rlvr[mlflow]'``); see
+    :mod:`rlvr.loggers`. ``logging.tensorboard=false`` drops ``tensorboard`` from it (older switch).
+    ``run_name`` names the W&B / MLflow run (default: the output folder's name);
+    ``mlflow_tracking_uri`` default: ``MLFLOW_TRACKING_URI`` or ``file:OUTPUT_DIR/mlruns``.
+    """
 
     output_dir: str = "runs/rlvr"
     logging_steps: int = Field(1, ge=1)
@@ -100,6 +173,24 @@ class LoggingConfig(_Strict):
     num_completions_to_print: int = Field(2, ge=0)
     tensorboard: bool = True
     progress: bool = True
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(default_factory=lambda: ["tensorboard"])
+    run_name: str | None = None
+    wandb_project: str = "rlvr"
+    wandb_entity: str | None = None
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "rlvr"
+
+    @model_validator(mode="after")
+    def _check_report_to(self) -> "LoggingConfig":
+        dup = sorted({x for x in self.report_to if self.report_to.count(x) > 1})
+        if dup:
+            raise ValueError(f"logging.report_to lists {dup} more than once")
+        return self
+
+    @property
+    def sinks(self) -> list[str]:
+        """``report_to`` without ``tensorboard`` when ``logging.tensorboard`` is false (the older switch)."""
+        return [x for x in self.report_to if x != "tensorboard" or self.tensorboard]
 
 
 class EvalConfig(_Strict):
@@ -109,6 +200,16 @@ class EvalConfig(_Strict):
     ks: list[int] = Field(default_factory=lambda: [1, 4, 16])
     temperature: float = Field(1.0, gt=0)
     batch_size: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _check_ks(self) -> "EvalConfig":
+        bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
+        if bad or not self.ks:
+            raise ValueError(
+                f"eval.ks={self.ks}: every k must be between 1 and eval.num_samples={self.num_samples} "
+                "(pass@k needs at least k samples per problem)"
+            )
+        return self
 
 
 class UECConfig(_Strict):

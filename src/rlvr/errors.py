@@ -2,11 +2,15 @@
 
 
 class RlvrError(Exception):
-    """Base class of rlvr's user-facing errors."""
+    """Base class of rlvr's user-facing errors. ``exit_code`` is the CLI's exit status for it."""
+
+    exit_code = 1
 
 
 class ConfigError(RlvrError):
     """A configuration value, key or combination is invalid. The CLI exits with code 2."""
+
+    exit_code = 2
 
 
 class DataError(RlvrError):
@@ -15,3 +19,14 @@ class DataError(RlvrError):
 
 class ModelLoadError(RlvrError):
     """A model or tokenizer could not be found or loaded."""
+
+
+class OutputDirError(ConfigError):
+    """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
+
+
+class IdleRunError(RlvrError):
+    """A run stopped because ``max_idle_rounds`` generation rounds in a row gave no trainable update
+    (a checkpoint was written first). The CLI exits with code 3."""
+
+    exit_code = 3

@@ -66,7 +66,10 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
        POSIX, so a single-slash ``org/name`` that is not a local folder is taken for a hub id.
     5. ``"testbed"`` / ``"testbed:<preset>[:<seed>]"``: the in-process pre-trained testbed policy
        (``rlvr.testbed.model.ensure_testbed_model`` builds and caches its folder), loaded as a folder.
-    6. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
+    6. ``"tiny"`` / ``"tiny:<seed>"``: :func:`build_tiny_model` (random weights, ~0.1 M parameters,
+       built in-process): smoke tests of a command line (``tests/test_readme.py`` runs the README's
+       commands with it), never a result.
+    7. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 
     The model is returned on CPU with its weights in the precision policy's ``param_dtype``
@@ -97,6 +100,12 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
         model, tok = _load_folder(folder, dtype)
     elif name == "testbed" or name.startswith("testbed:"):
         model, tok = _load_folder(_testbed_folder(name, cfg.cache_dir), dtype)
+    elif name == "tiny" or name.startswith("tiny:"):
+        seed = name.partition(":")[2]
+        if seed and not seed.isdigit():
+            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
+        model, tok = build_tiny_model(int(seed or 0))
+        model = model.to(dtype)
     else:
         path = Path(name).expanduser()
         if path.is_file() and path.suffix == ".gguf":
@@ -501,6 +510,8 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(model: Any) -> Any:
+    if type(model).__module__.startswith("peft.") and hasattr(model, "get_base_model"):
+        model = model.get_base_model()  # a peft wrapper: its causal LM (LoRA layers inside) has the decoder
     base = getattr(model, "model", None)
     if isinstance(base, torch.nn.Module):
         return base
@@ -519,8 +530,8 @@ def model_forward_hidden(
 ) -> torch.Tensor:
     """Final hidden states of a causal LM without its LM head.
 
-    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``),
-    whose output is already through the final norm, without a KV cache.
+    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``;
+    through a ``peft`` wrapper, that of its causal LM, adapters active), whose output is already through the final norm, without a KV cache.
 
     Args:
         model: a ``*ForCausalLM`` whose head is a plain linear map of the last hidden state.

@@ -4,12 +4,17 @@ A reward function that raises or returns a non-number must not kill a run that h
 hours (``specs/peers.md`` complaints 10 and 16): that completion scores 0, a counter increments, and
 the run continues — unless ``fatal`` is set.
 
-A reward function that *hangs* (issue 3) is cut off after ``timeout_s``: with a timeout (or more than
-one worker) the verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), each
-receiving its share of the batch in one message and answering item by item; a worker whose current
-item has run past the timeout is killed and replaced, that completion scores 0 and is counted in
-``ScoreStats.timeouts``, and the rest of its share goes to the replacement. Without a timeout and with
-one worker, scoring stays in-process (the built-in verifiers cost microseconds per call).
+A reward function that *hangs* (issue 3) is cut off: with a timeout (or more than one worker) the
+verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), each receiving its
+share of the batch in one message and answering item by item. **The timeout is one deadline per
+share** (issue 12): every worker's share of a batch must be answered within ``timeout_s`` of the
+worker being ready, and the shares run in parallel, so a batch is scored in at most about
+``timeout_s`` however many calls hang (one at a time, 32 hung calls with a 3 s timeout took 97 s).
+At the deadline the worker is killed and replaced; its call in progress and the calls of its share
+not reached yet score 0 and are counted in ``ScoreStats.timeouts``. This follows verl's ``prime``
+reward manager (all calls submitted at once to a process pool, one ``asyncio.wait_for`` timeout each,
+so they share one deadline; code-precedent). More workers (``reward_num_workers``) make the share a
+hung call takes down smaller. Without a timeout and with one worker, scoring stays in-process.
 """
 
 from __future__ import annotations
@@ -113,9 +118,11 @@ class VerifierPool:
 
     Args:
         task: the task; must be picklable (it is sent to each worker once, at start).
-        num_workers: worker processes (≥ 1); a batch is split into this many contiguous shares.
-        timeout_s: seconds one verifier call may take (0 = no limit); counted from the worker's
-            previous answer, so a worker's start-up (importing the task's modules) is not counted.
+        num_workers: worker processes (≥ 1); a batch is split into this many contiguous shares,
+            scored in parallel.
+        timeout_s: seconds each worker's share of one batch may take (0 = no limit): one deadline per
+            share, counted from the worker being ready, so its start-up (importing the task's modules)
+            is not counted; calls unanswered at the deadline are timeouts (see the module docstring).
         start_method: multiprocessing start method (``forkserver`` by default: workers do not
             inherit the trainer's threads or model memory).
         startup_timeout_s: seconds a worker may take to start and load the task.
@@ -182,8 +189,9 @@ class VerifierPool:
 
         Returns:
             ``idx -> (score, correct, feedback, error)`` for every item; ``error`` is ``(kind, text)``
-            for a verifier that raised, returned a non-number, timed out (kind ``"Timeout"``) or
-            killed its worker (kind ``"WorkerDied"``), else None.
+            for a verifier that raised, returned a non-number, was still running or not yet reached
+            when its share's deadline passed (kind ``"Timeout"``) or killed its worker (kind
+            ``"WorkerDied"``; the rest of that share goes to a replacement), else None.
 
         Raises:
             RuntimeError: a worker cannot load the task (the message gives the worker's error).
@@ -197,6 +205,12 @@ class VerifierPool:
         pending: dict[int, deque] = {}
         deadline: dict[int, float] = {}
 
+        def share_deadline(j: int) -> float:
+            # one deadline per share, from the worker being ready (its start-up has its own allowance)
+            if self.timeout_s <= 0:
+                return math.inf
+            return time.monotonic() + self.timeout_s + (0.0 if self._workers[j]["ready"] else self.startup_timeout_s)
+
         def launch(j: int, share: list) -> None:
             w = self._workers[j]
             if w is None or not w["proc"].is_alive():
@@ -205,18 +219,30 @@ class VerifierPool:
                 w = self._start(j)
             w["conn"].send(share)
             pending[j] = deque(share)
-            limit = self.timeout_s if w["ready"] and self.timeout_s > 0 else (
-                self.startup_timeout_s + self.timeout_s if self.timeout_s > 0 else math.inf)
-            deadline[j] = time.monotonic() + limit
+            deadline[j] = share_deadline(j)
 
-        def fail_head(j: int, kind: str, text: str) -> None:
+        def worker_died(j: int, code: Any) -> None:
             idx = pending[j].popleft()[0]
-            results[idx] = (0.0, False, None, (kind, text))
+            results[idx] = (0.0, False, None, ("WorkerDied", f"verifier worker exited (code {code}) while scoring this completion"))
             self._kill(j)
             rest = list(pending.pop(j))
             deadline.pop(j, None)
             if rest:
                 launch(j, rest)
+
+        def share_timed_out(j: int) -> None:
+            share = list(pending.pop(j))
+            deadline.pop(j, None)
+            head, rest = share[0], share[1:]
+            results[head[0]] = (0.0, False, None, (
+                "Timeout", f"reward function did not return within reward_timeout_s={self.timeout_s:g} s "
+                "(the deadline of its worker's share of the batch)"))
+            for item in rest:
+                results[item[0]] = (0.0, False, None, (
+                    "Timeout", f"not scored: its worker's share of the batch ran past reward_timeout_s="
+                    f"{self.timeout_s:g} s (a call before it hung)"))
+            self._kill(j)
+            self._start(j)  # the replacement loads the task while the caller goes on
 
         for j, share in enumerate(shares):
             if share:
@@ -228,16 +254,17 @@ class VerifierPool:
             ready = mp_wait(list(conns), timeout=None if soonest == math.inf else max(0.0, soonest - now))
             for conn in ready:
                 j = conns[conn]
+                if j not in pending:
+                    continue
                 w = self._workers[j]
                 try:
                     msg = conn.recv()
                 except (EOFError, OSError):
-                    code = w["proc"].exitcode if w else None
-                    fail_head(j, "WorkerDied", f"verifier worker exited (code {code}) while scoring this completion")
+                    worker_died(j, w["proc"].exitcode if w else None)
                     continue
                 if msg[0] == "ready":
                     w["ready"] = True
-                    deadline[j] = time.monotonic() + (self.timeout_s if self.timeout_s > 0 else math.inf)
+                    deadline[j] = share_deadline(j)
                     continue
                 if msg[0] == "init_error":
                     self.close()
@@ -246,9 +273,7 @@ class VerifierPool:
                 head = pending[j].popleft()
                 assert head[0] == idx, (head[0], idx)
                 results[idx] = (score, correct, feedback, error)
-                if pending[j]:
-                    deadline[j] = time.monotonic() + (self.timeout_s if self.timeout_s > 0 else math.inf)
-                else:
+                if not pending[j]:
                     del pending[j], deadline[j]
             now = time.monotonic()
             for j in [j for j, d in deadline.items() if d <= now]:
@@ -256,7 +281,7 @@ class VerifierPool:
                     self.close()
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
                 if j in pending:
-                    fail_head(j, "Timeout", f"reward function did not return within reward_timeout_s={self.timeout_s:g} s")
+                    share_timed_out(j)
         return results
 
 
@@ -267,7 +292,8 @@ class Scorer:
         task: a :class:`rlvr.tasks.Task`.
         tokenizer: decodes completion ids to text (special tokens skipped).
         fatal: re-raise verifier errors (and timeouts, as :class:`RewardError`) instead of scoring 0.
-        timeout_s: seconds one verifier call may take; 0 = no limit. With a limit, or with
+        timeout_s: seconds each worker's share of a batch may take (one deadline per share, shares in
+            parallel: a batch takes at most about ``timeout_s``); 0 = no limit. With a limit, or with
             ``num_workers > 1``, verifiers run in a :class:`VerifierPool` (started on first use). A
             task that cannot be pickled is scored in-process instead, with a warning (no limit then).
         num_workers: worker processes for the pool.
@@ -285,6 +311,7 @@ class Scorer:
         self.num_workers = int(num_workers)
         self.timeouts_total = 0
         self.errors_total = 0
+        self.calls_total = 0  # completions scored (the run summary's denominator for failed calls)
         self._pool: VerifierPool | None = None
         self._use_pool = self.timeout_s > 0 or self.num_workers > 1
         if self._use_pool:
@@ -371,6 +398,7 @@ class Scorer:
                 feedback.append(f)
         self.errors_total += stats.errors
         self.timeouts_total += stats.timeouts
+        self.calls_total += len(texts)
         batch.texts = texts
         batch.rewards = torch.tensor(scores, dtype=torch.float32)
         batch.correct = torch.tensor(correct, dtype=torch.bool)

@@ -59,3 +59,10 @@ def small_config(output_dir: str | Path, *overrides: str) -> Any:
         f"logging.output_dir={output_dir}", "logging.progress=false", "logging.log_completions_steps=1",
     ]
     return build_config(overrides=base + list(overrides))
+
+
+def even_length_reward(completion: str, problem: Any = None, **_: Any) -> float:
+    """``task.reward_fn=rlvr.testing:even_length_reward``: 1.0 for an even number of characters, else
+    0.0 — :class:`ToyTask`'s verifier as a reward function, so a command-line run on the tiny model
+    (``model.name_or_path=tiny``) sees reward variance within groups (``tests/test_readme.py``)."""
+    return float(len(completion) % 2 == 0)

@@ -187,6 +187,22 @@ def test_stalled_arm_ends_instead_of_looping(tmp_path, tiny):
     assert r["steps"] == 0 and r["stop"].startswith("budget: stalled")
 
 
+def test_arm_stopped_by_max_idle_rounds_is_recorded_as_stalled(tmp_path, tiny):
+    """The trainer's own guard (issue 12 item 3) ends the arm; the comparison records it and goes on."""
+    factory, tok = tiny
+
+    class Constant(ToyTask):
+        def verify(self, problem, completion):
+            from rlvr.tasks.base import Verdict
+
+            return Verdict(score=0.0, correct=False)
+
+    spec = _spec(tmp_path, "steps=5", arms=("dapo overlong_buffer_len=2 max_idle_rounds=2",), seeds=(0,))
+    (r,) = run_compare(spec, model_factory=lambda c: (factory(0), tok), task_factory=lambda c: Constant(),
+                       log=lambda m: None, report=False)
+    assert r["steps"] == 0 and r["stop"].startswith("stalled: no trainable group in 2 generation rounds")
+
+
 def test_meter_counts_generated_sequences_not_second_views():
     """FBOS-RL's feedback rows repeat the tokens of their original_offpolicy twins: not charged twice."""
     import torch

@@ -226,6 +226,11 @@ def _fake_checkpoint(out: Path, cfg) -> Path:
     state = {"global_step": 3, "config": cfg.model_dump(mode="json"), "data": data_fingerprint(cfg.task)}
     (ck / STATE_FILE).write_text(json.dumps(state))
     (ck / ".complete").write_text("")
+    from safetensors.torch import save_file  # the files --resume checks are there (rlvr.trainer.run_dir)
+
+    save_file({"w": torch.zeros(2)}, str(ck / "model.safetensors"))
+    torch.save({}, ck / "optimizer.pt")
+    torch.save({}, ck / "scheduler.pt")
     return ck
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import yaml
 
-from rlvr.errors import ConfigError, RlvrError
+from rlvr.errors import ConfigError, IdleRunError, RlvrError
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (smooth re-exported for report.py)
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
@@ -163,6 +163,9 @@ class CompareSpec:
             raise ConfigError(f"compare arm names must be distinct, got {names}")
         if not self.seeds:
             raise ConfigError("compare needs at least one seed")
+        if not self.eval_ks or any(not 1 <= k <= self.eval_num_samples for k in self.eval_ks):
+            raise ConfigError(f"compare eval.ks={self.eval_ks}: every k must be between 1 and eval.num_samples="
+                              f"{self.eval_num_samples}")
         if self.eval_baseline and BASELINE in names:
             raise ConfigError(f"compare arm name {BASELINE!r} is reserved for the untrained policy (eval.baseline)")
 
@@ -385,6 +388,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         trainer.train()
     except BudgetExhausted as exc:
         stop = f"budget: {exc}"
+    except IdleRunError:  # the trainer's own guard (max_idle_rounds): a stalled arm, not a failed one
+        stop = f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
     finally:
         curve_f.close()
         trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)

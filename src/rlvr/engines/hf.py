@@ -30,7 +30,7 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -363,6 +363,7 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.on_generated: Callable[[int], None] | None = None  # called with the rows of each finished chunk
         self.cache_kind = cache
         self.prune = prune
         if precision is None:
@@ -504,6 +505,8 @@ class HFEngine:
             with torch.inference_mode():
                 for chunk in self._plan(requests):
                     self._run_chunk(requests, chunk, params, generator, results)
+                    if self.on_generated is not None:  # progress (rlvr.trainer): rows finished
+                        self.on_generated(sum(len(samples) for _, samples in chunk))
         finally:
             model.train(was_training)
         return results  # type: ignore[return-value]

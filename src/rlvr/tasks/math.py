@@ -13,6 +13,7 @@ import json
 import random
 import re
 import threading
+import warnings
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
@@ -166,11 +167,24 @@ def _problem(uid: str, row: dict[str, Any], qf: str, af: str, where: str) -> Pro
     return Problem(uid=uid, question=q, answer=gold, metadata=meta)
 
 
+def _has_marked_answer(value: Any) -> bool:
+    """Whether a row's answer field says where its gold answer is: a JSON number, a ``####`` line
+    (GSM8K), a ``\\boxed{}`` (MATH), or a bare answer with no whitespace (``"42"``, ``"3/4"``).
+    Anything else (a worked solution without a marker) would be taken whole as the gold answer."""
+    if not isinstance(value, str):
+        return True
+    return "####" in value or "\\boxed" in value or "\\fbox" in value or not any(c.isspace() for c in value.strip())
+
+
 def read_jsonl(path: str | Path, question_field: str = "question", answer_field: str = "answer") -> list[Problem]:
     """Read a GSM8K-style JSONL file into problems (blank lines skipped).
 
+    Rows whose answer is a worked solution with no ``####`` (nor ``\\boxed{}``) are counted and warned
+    about with their line numbers; when no row has a marked answer the file is refused (interpretation:
+    the whole solution text would become the gold answer, so no completion could ever match).
+
     Args:
-        path: the file; one JSON object per line.
+        path: the file; one JSON object per line, UTF-8.
         question_field, answer_field: the row keys of question and answer.
 
     Returns:
@@ -178,18 +192,27 @@ def read_jsonl(path: str | Path, question_field: str = "question", answer_field:
         ``answer`` the gold from :func:`gold_from_field`.
 
     Raises:
-        DataError: the file is missing (names the path) or empty; a line is not a JSON object, or
-            lacks a field, or has an unusable answer (names file, 1-based line and field).
+        DataError: the file is missing (names the path), a folder, or empty; a line is not UTF-8 or
+            not a JSON object, or lacks a field, or has an unusable answer (names file, 1-based line
+            and field); no row has a marked answer.
     """
     p = Path(path)
+    if p.is_dir():
+        raise DataError(f"JSONL file {str(p)!r} is a directory (expected a .jsonl file)")
     if not p.is_file():
         raise DataError(f"JSONL file not found: {str(p)!r}")
     out: list[Problem] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    unmarked: list[int] = []
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{where}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); "
+                                "save the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{p}:{lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -197,8 +220,18 @@ def read_jsonl(path: str | Path, question_field: str = "question", answer_field:
             if not isinstance(row, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
             out.append(_problem(f"{p.name}:{lineno}", row, question_field, answer_field, where))
+            if not _has_marked_answer(row.get(answer_field)):
+                unmarked.append(lineno)
     if not out:
         raise DataError(f"JSONL file {str(p)!r} has no rows")
+    if unmarked:
+        lines = ", ".join(map(str, unmarked[:10])) + (f" and {len(unmarked) - 10} more" if len(unmarked) > 10 else "")
+        what = (f"{p}: no row's {answer_field!r} marks its final answer with '#### <answer>' (or \\boxed{{}})")
+        if len(unmarked) == len(out):
+            raise DataError(what + "; each whole solution text would be the gold answer. Add '#### <answer>' "
+                            "at the end of each answer, or keep only the final answer in the field")
+        warnings.warn(f"{p}: {len(unmarked)} of {len(out)} rows have no '####' final answer in {answer_field!r} "
+                      f"(lines {lines}); their whole text is used as the gold answer", stacklevel=2)
     return out
 
 

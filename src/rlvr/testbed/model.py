@@ -173,8 +173,10 @@ def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tenso
     return ids, lab
 
 
-def pretrain(spec: TestbedSpec, *, log_every: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
     """Pre-train a testbed model from scratch (deterministic for ``spec``: same spec, same weights).
+
+    ``progress`` shows a bar on stderr (steps, loss, ETA; lines in a log file, :mod:`rlvr.progress`).
 
     Returns:
         ``(model, tokenizer, info)``; ``info`` has ``final_loss`` (mean next-token cross-entropy in
@@ -196,6 +198,10 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0) -> tuple[Any, Any, dict[s
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     t0 = time.perf_counter()
     losses = []
+    from rlvr.progress import progress_bar
+
+    bar = progress_bar(total=spec.steps, desc="testbed pre-training (first use, then cached)", unit="step",
+                       delay=2.0, disable=not progress)
     for step in range(spec.steps):
         ids, lab = _batch(rng, spec, tok)
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
@@ -205,8 +211,12 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0) -> tuple[Any, Any, dict[s
         opt.step()
         sched.step()
         losses.append(float(out.loss.detach()))
+        bar.update(1)
+        if (step + 1) % 50 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}", refresh=False)
         if log_every and (step + 1) % log_every == 0:
             print(f"testbed pretrain step {step + 1}/{spec.steps} loss {sum(losses[-log_every:]) / log_every:.3f}", flush=True)
+    bar.close()
     model.eval()
     tail = losses[-max(1, spec.steps // 10):]
     info = {

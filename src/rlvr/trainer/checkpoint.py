@@ -32,9 +32,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
+from rlvr.trainer.run_dir import apply_umask, find_resumable
+
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "vllm")
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds", "vllm")
 """Config keys (and sections) that may change between a run and its resumption (``vllm``: where and how the
 server runs, not what it computes)."""
 
@@ -155,8 +158,10 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        trainer.model.save_pretrained(tmp, safe_serialization=True)
+        trainer.model.save_pretrained(tmp, safe_serialization=True)  # a PeftModel writes its adapter only
         trainer.tokenizer.save_pretrained(tmp)
+        if is_peft_model(trainer.model):
+            write_base_model_spec(trainer.model, tmp)
         if not hf_folder:
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
@@ -177,6 +182,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         with open(tmp / ".complete", "w") as f:
             f.flush()
             os.fsync(f.fileno())
+        apply_umask(tmp)  # mkdtemp makes 0700 and some writers 0600: follow the user's umask instead
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -191,16 +197,9 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete ``checkpoint-N`` folder with the largest N under ``output_dir``, or None."""
-    best, best_step = None, -1
-    for p in Path(output_dir).glob("checkpoint-*"):
-        try:
-            step = int(p.name.split("-", 1)[1])
-        except ValueError:
-            continue
-        if (p / ".complete").exists() and (p / STATE_FILE).exists() and step > best_step:
-            best, best_step = p, step
-    return best
+    """The whole ``checkpoint-N`` folder with the largest N under ``output_dir``, or None; newer ones
+    that are incomplete or corrupt are skipped (see :func:`rlvr.trainer.run_dir.find_resumable`)."""
+    return find_resumable(output_dir)[0]
 
 
 def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
@@ -217,13 +216,16 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
-    weights: dict[str, torch.Tensor] = {}
-    for f in sorted(path.glob("model*.safetensors")):
-        weights.update(load_file(str(f)))
-    missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
-    if missing or unexpected:
-        raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if is_peft_model(trainer.model):
+        load_adapter_weights(trainer.model, path)  # LoRA: the base is unchanged, only adapters were saved
+    else:
+        weights: dict[str, torch.Tensor] = {}
+        for f in sorted(path.glob("model*.safetensors")):
+            weights.update(load_file(str(f)))
+        missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
+        missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
+        if missing or unexpected:
+            raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     state = json.loads((path / STATE_FILE).read_text())

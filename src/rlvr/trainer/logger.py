@@ -6,9 +6,9 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from tqdm.auto import tqdm
+from rlvr.progress import progress_bar
 
 
 def _clean(v: Any) -> Any:
@@ -40,7 +40,8 @@ def _drop_rows_after(path: Path, step: int) -> None:
 
 class RunLogger:
     """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
-    completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA.
+    completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA (periodic lines
+    instead when stderr is not a terminal, see :mod:`rlvr.progress`).
 
     Every line is flushed as it is written, so a killed run keeps all completed steps.
 
@@ -51,11 +52,13 @@ class RunLogger:
             the checkpoint and are now redone) are dropped, so every step appears once.
         tensorboard: write TensorBoard event files under ``output_dir/tb``.
         progress: show the progress bar.
+        trackers: further experiment trackers (:mod:`rlvr.loggers`: W&B, MLflow) that receive the same
+            finite scalars as each ``metrics.jsonl`` row, under the same names; closed by :meth:`close`.
     """
 
     def __init__(
         self, output_dir: str | Path, total_steps: int, *, start_step: int = 0, tensorboard: bool = True,
-        progress: bool = True,
+        progress: bool = True, trackers: Sequence[Any] = (),
     ) -> None:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -68,8 +71,10 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=start_step + 1 if start_step else None)
-        self._bar = tqdm(total=total_steps, initial=start_step, disable=not progress, unit="step", dynamic_ncols=True)
+        # a terminal gets a live bar; a log file a line every LOG_INTERVAL_S seconds (rlvr.progress)
+        self._bar = progress_bar(total=total_steps, initial=start_step, disable=not progress, unit="step", desc="train")
         self._t0 = time.time()
+        self.trackers = list(trackers)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Record ``metrics`` for optimizer step ``step`` (1-based)."""
@@ -82,6 +87,12 @@ class RunLogger:
                 if isinstance(v, (int, float)) and math.isfinite(float(v)):
                     self._tb.add_scalar(k, float(v), step)
             self._tb.flush()
+        if self.trackers:
+            from rlvr.loggers import finite_scalars
+
+            scalars = finite_scalars(metrics)
+            for t in self.trackers:
+                t.log(step, scalars)
         self._bar.update(step - self._bar.n)
         shown = {k: metrics[k] for k in ("reward/mean", "reward/pass_rate", "actor/entropy") if k in metrics}
         self._bar.set_postfix({k.split("/")[-1]: f"{v:.3f}" for k, v in shown.items()})
@@ -106,3 +117,5 @@ class RunLogger:
         self._completions.close()
         if self._tb is not None:
             self._tb.close()
+        for t in self.trackers:
+            t.close()

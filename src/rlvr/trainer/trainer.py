@@ -7,8 +7,11 @@ passes. ``max_steps`` counts optimizer updates (TRL semantics).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -22,7 +25,9 @@ from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
 from rlvr.engines.weight_sync import sync_policy
-from rlvr.errors import RlvrError
+from rlvr.errors import IdleRunError, RlvrError
+from rlvr.loggers import build_trackers, check_report_to
+from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -30,11 +35,16 @@ from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, rest
 from rlvr.trainer.components import BATCH_FILTERS, MASKS, SAMPLERS, SamplerContext, validate_components
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.forward import batch_logprobs
+from rlvr.trainer.lifecycle import (
+    RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
+)
+from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.run_dir import rotate_checkpoints
 from rlvr.trainer.schedule import SCHEDULES
 from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
@@ -102,7 +112,9 @@ class Trainer:
         model: the policy (trained in place), its weights in the ``param_dtype`` of ``cfg.model.dtype``'s
             precision policy (float32 unless ``bf16-pure``); the policy is attached to it
             (:func:`apply_precision`): forwards autocast under ``bf16`` and the default engine decodes
-            with bf16 weights.
+            with bf16 weights. With ``model.lora.r > 0`` a plain model is wrapped with peft LoRA
+            adapters here (only they train; ``self.model`` is then the ``PeftModel``); a model that
+            already is a ``PeftModel`` is used as it is.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
         engine: generation backend; defaults to the one ``cfg.engine`` names
@@ -116,7 +128,9 @@ class Trainer:
             trainer then keeps them.
         schedule: which optimizer batches each generation batch feeds; defaults to
             ``SCHEDULES[cfg.schedule]``.
-        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``.
+        ref_model: reference policy for the KL term; loaded (copied) only when ``beta > 0``. With
+            LoRA (``model.lora.r > 0``) no copy is made: the reference is the same model with its
+            adapters disabled (:func:`rlvr.lora.reference_policy`).
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
     """
@@ -135,17 +149,26 @@ class Trainer:
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
     ) -> None:
+        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
+        lora = cfg.model.lora.r > 0 or is_peft_model(model)
+        if cfg.model.lora.r > 0 and not is_peft_model(model):
+            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
+            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
         self.model = model
+        self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
-        validate_components(cfg)
-        self._owns_engine = engine is None
-        if engine is None:
+        validate_components(cfg)  # before a server is started
+        self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
+        if engine is None and lora:
+            engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
+                                                   precision=self.precision)
+        elif engine is None:
             engine = build_engine(cfg, model, tokenizer, self.output_dir)
         self.engine = engine
         system_prompt = cfg.task.system_prompt or task.system_prompt
@@ -165,7 +188,8 @@ class Trainer:
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
-        if cfg.beta > 0:
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
@@ -173,6 +197,8 @@ class Trainer:
         self.rollout_round = 0  # rounds generated (seeds, group ids); ahead of generation_round under overlap
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
         self._draw_count = 0
         self._carry: list[RolloutBatch] = []
         # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
@@ -180,6 +206,8 @@ class Trainer:
         self.pending_round: dict[str, Any] | None = None
         self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
+        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote (for the summary)
+        self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
         self._gen_version = 0  # policy version stamped on the rows being generated
         # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
@@ -237,6 +265,8 @@ class Trainer:
         self._draw_count = 0
         score_time = 0.0
         timeouts_before = getattr(self.scorer, "timeouts_total", 0)
+        if self.weight_sync is not None and not overlapped:  # the engine samples from a separate copy (e.g. merged LoRA weights)
+            self.weight_sync(self.global_step)
 
         def score(b: RolloutBatch):
             nonlocal score_time
@@ -251,8 +281,12 @@ class Trainer:
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.rollout_round += 1
-        if not overlapped:
+        signal_ = RoundSignal.of(cstats.raw_batches)
+        if overlapped:  # handed to the main thread with its round (trainer/overlap.py)
+            batch.meta["round_signal"] = signal_
+        else:
             self.generation_round = self.rollout_round
+            self._round_signal = signal_
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
@@ -267,9 +301,10 @@ class Trainer:
             timings["timing/old_logprob_s"] = time.perf_counter() - t
         if self.updates_per_generation > 1 and cfg.old_logprob_source == "sampler" and not overlapped:
             batch.old_logp = batch.sampler_logp
-        if self.ref_model is not None:
+        if self.ref_model is not None or self._ref_is_base:
             t = time.perf_counter()
-            batch.ref_logp = self._logprobs(self.ref_model, batch)
+            with (reference_policy(self.model) if self._ref_is_base else contextlib.nullcontext(self.ref_model)) as ref:
+                batch.ref_logp = self._logprobs(ref, batch)
             timings["timing/ref_logprob_s"] = time.perf_counter() - t
             if cfg.kl_in_reward:
                 from rlvr.core.kl import kl_penalty
@@ -353,35 +388,62 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run until ``max_steps`` optimizer updates; returns the last step's metrics.
 
+        A summary (steps, wall time, reward start -> end, verifier errors and timeouts, the checkpoint)
+        is printed to stderr at the end of every run, also one that fails or is interrupted; its
+        counters stay in :attr:`summary`.
+
         Raises:
             TrainingError: ``max_consecutive_nonfinite`` updates in a row had a non-finite loss or
                 gradient (a checkpoint is written first).
+            RunInterrupted: SIGINT or SIGTERM (see :mod:`rlvr.trainer.lifecycle`): the update in
+                progress is finished or the generation round in progress abandoned, and a
+                checkpoint is written first.
+            IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update and no trainable
+                row (dynamic sampling exhausted, every row filtered out); a checkpoint is written first
+                and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
+        trackers = build_trackers(cfg.logging.sinks, self.output_dir, cfg.model_dump(mode="json"), cfg.logging,
+                                  resume=self.global_step > 0)
         logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step, tensorboard=cfg.logging.tensorboard,
-            progress=cfg.logging.progress,
+            self.output_dir, cfg.max_steps, start_step=self.global_step,
+            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
         )
         self._logger = logger
         last: dict[str, float] = {}
         t_run = time.perf_counter()
+        self.summary = RunSummary()
+        self.summary.start(self)
+        status, stop = "failed", StopControl()
         try:
+            stop.__enter__()
             while self.global_step < cfg.max_steps:
+                if stop.requested is not None:
+                    raise self._interrupted(stop.requested)
                 t_step = time.perf_counter()
+                self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
-                    if self._pipeline is not None:
+                    if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
                         batch, gen_metrics = self._pipeline.next()
+                        self._round_signal = batch.meta.pop("round_signal", None)
                         self._last_samples = self._sample_rows(batch)
                     else:
-                        batch, gen_metrics = self.generate_batch()
+                        snap = round_snapshot(self)
+                        try:
+                            with stop.abandonable(), rollout_progress(self):  # a signal abandons the round
+                                batch, gen_metrics = self.generate_batch()
+                        except _Abandon:
+                            restore_round(self, snap)
+                            raise self._interrupted(stop.requested) from None
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
                 self.pending_round["num_opt_batches"] = len(opt_batches)
+                step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
                     if i < start:
                         continue
@@ -401,19 +463,47 @@ class Trainer:
                     t_step = time.perf_counter()
                     last = m
                     self._after_step(m)
+                    self.summary.observe(m)
+                    if stop.requested is not None:  # the update in progress is finished: stop here
+                        raise self._interrupted(stop.requested)
+                # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
+                # update, e.g. UEC-RL's pending buffer, are progress)
+                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
+                    path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+                    raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
-                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping")
+                    logger.message(f"generation round {self.generation_round}: no trainable groups, skipping "
+                                   f"({self.idle.rounds}/{cfg.max_idle_rounds} idle rounds before the run stops)")
+            self.save(self.output_dir / "final", hf_folder=True)
+            status = "finished"
+        except _Abort:
+            raise RunInterrupted(stop.requested or signal.SIGINT, self.global_step, None) from None
+        except RunInterrupted:
+            status = "interrupted"
+            raise
+        except IdleRunError:
+            status = "stopped (no learning signal)"
+            raise
         finally:
             if self._pipeline is not None:
                 try:
                     self._pipeline.drain()  # no generation thread outlives train()
                 except Exception:
                     pass
+            stop.__exit__()
             logger.close()
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
-        self.save(self.output_dir / "final", hf_folder=True)
+            self.summary.update_counts(self)
+            print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
         return last
+
+    def _interrupted(self, signum: int) -> RunInterrupted:
+        """Write a checkpoint of the state now (a step boundary) and build the exception to raise."""
+        path = self.output_dir / f"checkpoint-{self.global_step}"
+        if self.last_checkpoint != path:
+            self.save(path)
+        return RunInterrupted(signum, self.global_step, path)
 
     def _replan_resumed(self) -> tuple[RolloutBatch, list[RolloutBatch], int]:
         """Rebuild the optimizer batches of a generation batch restored from a checkpoint.
@@ -467,10 +557,15 @@ class Trainer:
             self.engine.close()
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
-        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config).
+        """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
+        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``.
 
         With overlap, the generation in flight is awaited first, so the checkpoint holds the queued
         rounds and the loader position after them (exact resume)."""
         if self._pipeline is not None and not hf_folder:
             self._pipeline.drain()
-        return save_checkpoint(self, path, hf_folder=hf_folder)
+        out = save_checkpoint(self, path, hf_folder=hf_folder)
+        self.last_checkpoint = out
+        if not hf_folder and out.parent == self.output_dir:
+            rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
+        return out

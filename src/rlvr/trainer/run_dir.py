@@ -1,0 +1,222 @@
+"""The run directory: refusing to mix two runs in one, ``--overwrite``, checkpoint rotation
+(``save_total_limit``), checking that a checkpoint is whole before resuming from it, and file modes
+that follow the user's umask.
+
+Interpretation (issue 12, items 5 and 6): TRL refuses a non-empty ``output_dir`` only through
+``overwrite_output_dir``; here a folder that already holds a run's training files (metrics,
+checkpoints, ``final/``) is refused unless ``--resume`` (continue it) or ``--overwrite`` (delete
+exactly those files) says what to do, because appending a second run's rows to the first one's
+``metrics.jsonl`` silently mixes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+from rlvr.errors import OutputDirError
+
+STATE_FILE = "trainer_state.json"  # same name as rlvr.trainer.checkpoint.STATE_FILE
+RUN_FILES = ("metrics.jsonl", "completions.jsonl", "config.yaml", "tb", "final")
+"""A run's training artefacts in its output dir, besides ``checkpoint-*`` (``eval_*.json`` and plots
+are not: ``rlvr eval --tag before`` may write into the folder before the first ``rlvr train``)."""
+
+
+def run_artefacts(output_dir: str | Path) -> list[Path]:
+    """The training artefacts of an earlier run in ``output_dir`` (sorted; empty when none).
+
+    Counts ``metrics.jsonl`` and ``completions.jsonl`` only when non-empty, ``checkpoint-N`` folders
+    (complete or not) and their temporaries, ``final/``, ``tb/`` and ``config.yaml``.
+    """
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    found = []
+    for name in RUN_FILES:
+        p = out / name
+        if p.is_dir() or (p.is_file() and (p.suffix != ".jsonl" or p.stat().st_size > 0)):
+            found.append(p)
+    found += [p for p in out.glob("checkpoint-*") if p.is_dir()]
+    found += [p for p in out.glob(".checkpoint-*") if p.is_dir()] + [p for p in out.glob(".final.*") if p.is_dir()]
+    return sorted(set(found))
+
+
+def describe(paths: list[Path], limit: int = 6) -> str:
+    """``"metrics.jsonl, checkpoint-4/, final/"`` (folders with a slash; at most ``limit`` names)."""
+    names = [p.name + ("/" if p.is_dir() else "") for p in paths]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def remove_run_artefacts(output_dir: str | Path) -> list[Path]:
+    """``--overwrite``: delete the files :func:`run_artefacts` lists, nothing else; return them."""
+    gone = run_artefacts(output_dir)
+    for p in gone:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    return gone
+
+
+def check_writable_dir(output_dir: str | Path, key: str = "logging.output_dir") -> Path:
+    """Create ``output_dir`` if needed and prove it can be written (a probe file is made and removed).
+
+    Returns:
+        the folder.
+
+    Raises:
+        OutputDirError: it is a file, cannot be created, or is not writable (read-only mount,
+            permissions, disk full); the message names the path and the reason.
+    """
+    p = Path(output_dir).expanduser()
+    if p.exists() and not p.is_dir():
+        raise OutputDirError(f"{key}={str(output_dir)!r} is a file, not a folder: choose another {key}")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".rlvr-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputDirError(f"{key}={str(output_dir)!r} is not writable: {exc.strerror or exc}") from None
+    return p
+
+
+def _safetensors_problem(f: Path) -> str | None:
+    """Why ``f`` is not a whole safetensors file (header unreadable, or shorter than it declares)."""
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) < 8:
+                return f"{f.name}: truncated ({size} bytes)"
+            n = struct.unpack("<Q", raw)[0]
+            if n > size - 8:
+                return f"{f.name}: truncated ({size} bytes, header alone declares {n + 8})"
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError) as exc:
+        return f"{f.name}: unreadable safetensors header ({exc})"
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    if size < 8 + n + end:
+        return f"{f.name}: truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def checkpoint_problems(path: str | Path) -> list[str]:
+    """What makes ``path`` an unusable checkpoint: empty when it looks whole.
+
+    Checks, without loading tensors: the ``.complete`` marker; ``trainer_state.json`` parses; the
+    optimizer and scheduler files exist and are whole zip archives (``torch.save``'s format); every
+    ``*.safetensors`` file is as long as its header declares; the files the state refers to
+    (pending batch, schedule tensors, carry) exist; every ``*.json`` parses.
+
+    Returns:
+        one line per problem, each naming the file, e.g. ``"model.safetensors: truncated (10 of 99 bytes)"``.
+    """
+    p = Path(path)
+    problems: list[str] = []
+    if not (p / ".complete").exists():
+        problems.append(".complete: missing (the checkpoint was never finished)")
+    state: dict = {}
+    try:
+        state = json.loads((p / STATE_FILE).read_text(encoding="utf-8"))
+        if not isinstance(state, dict):
+            problems.append(f"{STATE_FILE}: not a JSON object")
+            state = {}
+    except FileNotFoundError:
+        problems.append(f"{STATE_FILE}: missing")
+    except (OSError, ValueError) as exc:
+        problems.append(f"{STATE_FILE}: corrupt JSON ({exc})")
+    for name in ("optimizer.pt", "scheduler.pt"):
+        f = p / name
+        if not f.is_file():
+            problems.append(f"{name}: missing")
+        elif not zipfile.is_zipfile(f):
+            problems.append(f"{name}: corrupt or truncated ({f.stat().st_size} bytes)")
+    weights = list(p.glob("*.safetensors"))
+    if not any(f.name.startswith(("model", "adapter")) for f in weights) and not any(p.glob("*.distcp")):
+        problems.append("model.safetensors: missing (no model weights)")
+    for f in sorted(weights):
+        why = _safetensors_problem(f)
+        if why:
+            problems.append(why)
+    needed = []
+    if state.get("pending"):
+        needed += ["pending.safetensors", "pending.json"]
+    if state.get("schedule_tensors"):
+        needed.append("schedule.safetensors")
+    for k in range(int(state.get("num_carry", 0) or 0)):
+        needed += [f"carry-{k}.safetensors", f"carry-{k}.json"]
+    problems += [f"{n}: missing" for n in needed if not (p / n).is_file()]
+    for f in sorted(p.glob("*.json")):
+        if f.name == STATE_FILE:
+            continue
+        try:
+            json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{f.name}: corrupt JSON ({exc})")
+    return problems
+
+
+def checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """``checkpoint-N`` folders under ``output_dir`` as ``(N, path)``, newest first."""
+    found = []
+    for p in Path(output_dir).glob("checkpoint-*"):
+        try:
+            found.append((int(p.name.split("-", 1)[1]), p))
+        except ValueError:
+            continue
+    return sorted(found, reverse=True)
+
+
+def find_resumable(output_dir: str | Path) -> tuple[Path | None, list[tuple[Path, list[str]]]]:
+    """The newest whole checkpoint under ``output_dir`` and the newer ones skipped as broken.
+
+    Returns:
+        ``(path or None, [(skipped checkpoint, its problems), ...])``, skipped newest first.
+    """
+    skipped = []
+    for _, p in checkpoints(output_dir):
+        problems = checkpoint_problems(p)
+        if not problems:
+            return p, skipped
+        skipped.append((p, problems))
+    return None, skipped
+
+
+def rotate_checkpoints(output_dir: str | Path, keep: int | None) -> list[Path]:
+    """``save_total_limit``: delete all but the newest ``keep`` ``checkpoint-N`` folders (TRL's rule,
+    without its exception for a best model, which rlvr does not track). ``None`` keeps all.
+
+    Returns:
+        the folders deleted.
+    """
+    if not keep:
+        return []
+    old = [p for _, p in checkpoints(output_dir)][keep:]
+    for p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return old
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(root: str | Path) -> None:
+    """Give ``root`` and everything under it the modes a plain ``open``/``mkdir`` would have under
+    the user's umask (0666/0777 minus it): ``tempfile.mkdtemp`` and some writers create 0700/0600."""
+    mask = current_umask()
+    root = Path(root)
+    os.chmod(root, 0o777 & ~mask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), 0o777 & ~mask)
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), 0o666 & ~mask)
