@@ -50,7 +50,7 @@ def _commands() -> list[str]:
 def test_the_readme_has_commands():
     cmds = _commands()
     assert sum(c.startswith("rlvr ") for c in cmds) >= 7, cmds
-    unknown = [c for c in cmds if not c.startswith("rlvr ") and c not in NOT_RLVR]
+    unknown = [c for c in cmds if not c.startswith(("rlvr ", "torchrun ")) and c not in NOT_RLVR]
     assert not unknown, f"README command(s) neither run here nor listed in NOT_RLVR: {unknown}"
 
 
@@ -82,3 +82,18 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch):
     (block,) = _blocks("python")
     exec(compile(block, str(README), "exec"), {})
     assert (tmp_path / "runs" / "rlvr" / "metrics.jsonl").exists()
+
+
+def test_the_readme_torchrun_commands_parse():
+    """``torchrun ... -m rlvr train ...`` lines: torchrun's own flags are torchrun's (launches are run by
+    tests/distributed, slow); the rlvr part must parse and build a valid config as written."""
+    from rlvr.config import build_config
+
+    runs = [c for c in _commands() if c.startswith("torchrun ")]
+    assert len(runs) >= 2
+    for cmd in runs:
+        argv = shlex.split(cmd)
+        assert "-m" in argv and argv[argv.index("-m") + 1] == "rlvr", cmd
+        args = cli.build_parser().parse_args(argv[argv.index("-m") + 2:])
+        assert args.command == "train"
+        build_config(args.config, args.overrides)

@@ -200,7 +200,30 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
-    out = _prepare_output_dir(cfg, args)
+    from rlvr.distributed import init_distributed, shutdown
+    from rlvr.distributed.setup import local_config
+
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    world = int(os.environ["WORLD_SIZE"]) if launched else 1
+    local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
+    if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
+        _prepare_output_dir(cfg, args)
+    try:
+        env = init_distributed(cfg.device, backend=cfg.distributed.backend, timeout_s=cfg.distributed.timeout_s,
+                               num_threads=cfg.distributed.num_threads)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return _train(cfg, local_cfg, ckpt, env, args)
+    finally:
+        shutdown()
+
+
+def _train(cfg, local_cfg, ckpt, env, args: argparse.Namespace | None = None) -> int:
+    """Load task and model, build this rank's trainer, resume, train (one process or one rank of a
+    ``torchrun`` job; only rank 0 writes the output dir and prints)."""
+    from rlvr.distributed import DataParallel
+    from rlvr.distributed.setup import use_fsdp
     from rlvr.models import load_policy
     from rlvr.tasks import build_task
     from rlvr.trainer.checkpoint import load_checkpoint
@@ -209,35 +232,56 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from rlvr.engines.factory import check_engine_config
 
+    main_rank = env.rank == 0
     task = build_task(cfg.task)
     task.problems("train")  # surface data errors before the model loads
     check_engine_config(cfg)
     model, tokenizer = load_policy(cfg.model)
-    (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
-    trainer = Trainer(cfg, model, tokenizer, task)
+    out = Path(cfg.logging.output_dir)
+    if main_rank:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
+    dp = None
+    if env.distributed:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=int(pad))
+        if main_rank:
+            print(f"rlvr: {env.world_size} processes ({env.local_world_size} on this node), backend {env.backend}, "
+                  f"device {env.device.type}, {env.threads} CPU thread(s) per process, "
+                  f"{'FSDP2' if dp.fsdp else 'replicated'} policy, {local_cfg.generation_batch_size} completions "
+                  f"per rank per round", file=sys.stderr)
+    else:
+        model.to(env.device)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
     try:
+        resume = getattr(args, "resume", None)
         if ckpt is not None:
             load_checkpoint(trainer, ckpt)
-            print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
-        elif args.resume and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
+            if main_rank:
+                print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+        elif resume and main_rank and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
             from rlvr.trainer.logger import _drop_rows_after
 
             _drop_rows_after(out / "metrics.jsonl", 0)
         try:
             last = trainer.train()
         except RunInterrupted as exc:
-            print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}", file=sys.stderr)
+            if main_rank:
+                print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}",
+                      file=sys.stderr)
             return exc.exit_code
     finally:
         trainer.close()  # stops a vLLM server the run started (also on Ctrl-C and errors)
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
     s = trainer.summary
     if s.failed_fraction > REWARD_FAILURE_LIMIT:
-        print(f"rlvr: {s.errors + s.timeouts} of {s.calls} reward calls failed ({s.errors} errors, {s.timeouts} "
-              f"timeouts): the run's rewards are mostly zeros from failures, not from the verifier. Check "
-              f"task.reward_fn and reward_timeout_s (the first error is in the log above).", file=sys.stderr)
+        if main_rank:
+            print(f"rlvr: {s.errors + s.timeouts} of {s.calls} reward calls failed ({s.errors} errors, {s.timeouts} "
+                  f"timeouts): the run's rewards are mostly zeros from failures, not from the verifier. Check "
+                  f"task.reward_fn and reward_timeout_s (the first error is in the log above).", file=sys.stderr)
         return EXIT_RUNTIME
-    print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
+    if main_rank:
+        print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
     return 0
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 # The sections live in rlvr.config_sections; rlvr.config stays their public home (re-exported).
 from rlvr.config_sections import (
+    DistributedConfig,
     DynamicSamplingConfig,
     EvalConfig,
     FBOSConfig,
@@ -122,6 +123,8 @@ class RLConfig(_Strict):
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
+    device: Literal["auto", "cpu", "cuda"] = "cpu"  # auto: CUDA when torch sees one (rlvr.distributed.env)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
@@ -333,6 +336,7 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "overlong_buffer.penalty_factor": ("overlong_penalty_factor", None),
     "data.max_response_length": ("max_completion_length", None),
     "lr": ("learning_rate", None),
+    "train.fsdp": ("distributed.fsdp", None),
     "tis_imp_ratio_cap": ("vllm_importance_sampling_clip_max", None),
     "rollout_is_threshold": ("vllm_importance_sampling_clip_max", None),
     "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", None),

@@ -1,5 +1,5 @@
 """The sections of the configuration tree (``model``, ``task``, ``logging``, ``eval``, the sampling
-switches and one section per variant: ``uec``, ``ib_tpo``, ``fbos``, ``mu_grpo``).
+switches, ``distributed`` and one section per variant: ``uec``, ``ib_tpo``, ``fbos``, ``mu_grpo``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
 :class:`~rlvr.config.RLConfig` and re-exports every class here.
@@ -191,6 +191,33 @@ class LoggingConfig(_Strict):
     def sinks(self) -> list[str]:
         """``report_to`` without ``tensorboard`` when ``logging.tensorboard`` is false (the older switch)."""
         return [x for x in self.report_to if x != "tensorboard" or self.tensorboard]
+
+
+class DistributedConfig(_Strict):
+    """Many processes (``torchrun``): README "Many processes and machines", ``rlvr.distributed``.
+
+    ``fsdp``: shard the policy (and the reference model) with FSDP2 — ``null``/``auto`` (default) shards
+    when the world size is > 1; ``false`` replicates the model and all-reduces gradients (DDP's
+    arithmetic). ``backend``: ``auto`` (nccl on CUDA, gloo on CPU). ``timeout_s``: collective timeout (a
+    dead rank fails the others within it). ``num_threads``: CPU intra-op threads per process, 0 = auto
+    (``OMP_NUM_THREADS``, else cores ÷ processes per machine). FSDP2's mixed precision follows
+    ``model.dtype`` (:func:`rlvr.distributed.fsdp.mixed_precision_for`). ``generation_weights`` (FSDP2 only):
+    ``copy`` generates with a full copy synced from the shards before each round; ``gathered`` gathers
+    the shards for the round and generates on the FSDP module itself (no copy at rest).
+    """
+
+    fsdp: bool | None = None
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    timeout_s: float = Field(600.0, gt=0)
+    num_threads: int = Field(0, ge=0)
+    generation_weights: Literal["copy", "gathered"] = "copy"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("fsdp"), str) and data["fsdp"].lower() in ("auto", "null", "none"):
+            data = {**data, "fsdp": None}
+        return data
 
 
 class EvalConfig(_Strict):

@@ -140,7 +140,7 @@ def test_export_state_dict_dedups_tied_weights_and_casts():
 
 def test_filesystem_sync_order_content_and_versions(served, tmp_path):
     fake, eng, policy = served
-    eng.weight_sync = ServerWeightSync(FilesystemWeightSync(tmp_path / "w"), eng.client)
+    eng.generation_sync = ServerWeightSync(FilesystemWeightSync(tmp_path / "w"), eng.client)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01)
@@ -150,13 +150,13 @@ def test_filesystem_sync_order_content_and_versions(served, tmp_path):
     assert fake.calls[1][1] == {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "w")}}
     for (n, a), b in zip(policy.state_dict().items(), fake.model.state_dict().values()):
         assert torch.equal(a, b), n
-    assert not fake.paused and eng.weight_sync.version == 1
+    assert not fake.paused and eng.generation_sync.version == 1
     assert sync_policy(eng, policy, 1) is False and len(fake.calls) == 4  # same version: nothing pushed
     # a failing reload still resumes the server, and the version is not advanced
     fake.fail_next["/collective_rpc"] = 500
     with pytest.raises(VLLMServerError, match="collective_rpc"):
         sync_policy(eng, policy, 2)
-    assert fake.paths()[-1] == "/resume" and not fake.paused and eng.weight_sync.version == 1
+    assert fake.paths()[-1] == "/resume" and not fake.paused and eng.generation_sync.version == 1
     # a server without the dev-mode endpoints: the error says how to start it
     fake.fail_next["/pause"] = 404
     with pytest.raises(VLLMServerError, match="VLLM_SERVER_DEV_MODE=1"):
@@ -187,7 +187,7 @@ def test_trainer_pushes_weights_before_each_round(tmp_path, toy_task):
     assert per_round == cfg.prompts_per_generation and len(gen) == 3 * per_round
     for r in range(3):  # round r is generated after r updates, from exactly those weights
         assert all(s == pytest.approx(sums[r], rel=1e-12) for s in gen[r * per_round:(r + 1) * per_round])
-    assert trainer.engine.weight_sync.pushes == 2
+    assert trainer.engine.generation_sync.pushes == 2
     assert fake.paths().count("/collective_rpc") == 2
 
 

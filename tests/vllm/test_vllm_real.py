@@ -110,7 +110,7 @@ def test_weight_sync_then_eos_and_greedy_follow_the_new_weights(served):
     with torch.no_grad():  # make EOS likely: its (tied) head row along the mean final hidden state
         h = new(torch.tensor([list(range(1, 16))]), output_hidden_states=True).hidden_states[-1][0].mean(0)
         new.model.embed_tokens.weight[EOS] = h / h.norm() * 4.0
-    assert sync_policy(engine, new, 7) and engine.weight_sync.version == 7
+    assert sync_policy(engine, new, 7) and engine.generation_sync.version == 7
     out = engine.generate([GenerationRequest([1, 5, 6], n=8)], SamplingParams(max_new_tokens=12, seed=0))[0]
     assert any(g.finish_reason == "eos" for g in out)
     for g in out:
@@ -133,7 +133,7 @@ def test_trainer_on_a_vllm_server_it_owns(tmp_path, toy_task):
     try:
         pid = trainer.engine.server.proc.pid
         last = trainer.train()
-        assert trainer.engine.weight_sync.pushes == 1 and trainer.global_step == 2
+        assert trainer.engine.generation_sync.pushes == 1 and trainer.global_step == 2
         assert "reward/mean" in last or last
     finally:
         trainer.close()

@@ -68,6 +68,15 @@ def check_engine_config(cfg: Any) -> None:
         )
 
 
+def _world_size() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    except Exception:
+        return 1
+
+
 def _scratch_dir(cfg: Any) -> tuple[Path, bool]:
     """``(folder, created)``: ``vllm.sync_dir`` or a fresh temporary folder (the system's temp dir: not
     ``/dev/shm``, whose pages would hold a second copy of the weights in RAM)."""
@@ -138,6 +147,11 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
     from rlvr.engines.weight_sync import FilesystemWeightSync
 
     v = cfg.vllm
+    if not v.url and _world_size() > 1:
+        raise ConfigError(
+            "engine=vllm under torchrun: start one vLLM server for the job (docs/vllm.md) and pass "
+            "vllm.url=http://HOST:PORT; every rank sends its prompts to it and rank 0 pushes the weights"
+        )
     dtype = vllm_dtype(cfg, model)
     scratch, created = _scratch_dir(cfg)
     server = None

@@ -20,7 +20,7 @@ Greedy (``temperature == 0``) follows the engine contract of :mod:`rlvr.engines.
 ``n == 1`` only for greedy, so one continuation is drawn and copied ``n`` times, and each token's
 behaviour log-prob is 0.0 (the point mass it was drawn from).
 
-Weights: :attr:`VLLMEngine.weight_sync` is the sync point the trainer calls
+Weights: `VLLMEngine.generation_sync` is the sync point the trainer calls
 (:func:`rlvr.engines.weight_sync.sync_policy`), over a transport (filesystem by default).
 
 Seeds (``seed_requests``): vLLM seeds each of a request's ``n`` samples with ``seed + index``; rlvr
@@ -152,7 +152,7 @@ class VLLMEngine:
 
     Attributes:
         eos_token_ids: ``set[int]``.
-        weight_sync: the sync point (:class:`~rlvr.engines.weight_sync.ServerWeightSync`: ``version``,
+        generation_sync: the sync point (:class:`~rlvr.engines.weight_sync.ServerWeightSync`: ``version``,
             ``push``, ``pushes``), or None.
         stats: counters — ``requests``, ``generated_tokens``.
     """
@@ -176,7 +176,7 @@ class VLLMEngine:
         self.client = client
         self.eos_token_ids = {int(i) for i in eos_token_ids}
         self.model_name = model_name
-        self.weight_sync = ServerWeightSync(transport, client) if transport is not None else None
+        self.generation_sync = ServerWeightSync(transport, client) if transport is not None else None
         self.max_concurrency = int(max_concurrency)
         self.server = server
         self.weights_dtype = weights_dtype
@@ -286,10 +286,10 @@ class VLLMEngine:
             ValueError: the engine has no sync point (``vllm.weight_sync=none``).
             VLLMServerError: the push failed.
         """
-        if self.weight_sync is None:
+        if self.generation_sync is None:
             raise ValueError("VLLMEngine.load_weights: this engine has no weight sync (vllm.weight_sync=none)")
         sd = state_dict.state_dict() if isinstance(state_dict, torch.nn.Module) else state_dict
-        self.weight_sync.push(sd.items(), self.weight_sync.version)
+        self.generation_sync.push(sd.items(), self.generation_sync.version)
 
     def close(self) -> None:
         """Stop the server if this engine owns it (idempotent)."""

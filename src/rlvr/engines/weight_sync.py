@@ -2,10 +2,10 @@
 
 Two layers:
 
-* the **sync point** — the engine's ``weight_sync`` attribute, an object with ``version`` (the
+* the **sync point** — the engine's ``generation_sync`` attribute, an object with ``version`` (the
   weights' optimizer-update count) and ``push(named_tensors, version)``: the protocol of
-  :mod:`rlvr.distributed.weights` (helper ``dist``), so the distributed trainer and
-  :func:`sync_policy` call the same thing. An engine without one (the colocated
+  :mod:`rlvr.distributed.weights`, which the trainer's ``sync_weights`` calls before each round
+  (:func:`sync_policy` does the same outside a trainer). An engine without one (the colocated
   :class:`~rlvr.engines.hf.HFEngine`, which samples from the very module being trained) needs nothing;
 * the **transport** behind a server engine's sync point (:class:`WeightTransport`:
   ``push(state_dict, client)``). :class:`FilesystemWeightSync` works everywhere (CPU included): write
@@ -215,7 +215,7 @@ def sync_policy(engine: Any, model: torch.nn.Module, version: int) -> bool:
     """Make ``engine`` sample from ``model``'s weights at optimizer-update count ``version``.
 
     Args:
-        engine: any engine; one without a ``weight_sync`` sync point is colocated (no-op).
+        engine: any engine; one without a ``generation_sync`` sync point is colocated (no-op).
         model: the trained policy.
         version: optimizer updates applied to ``model`` (the trainer's ``global_step``).
 
@@ -223,7 +223,7 @@ def sync_policy(engine: Any, model: torch.nn.Module, version: int) -> bool:
         True when the weights were pushed, False when the engine already held ``version`` (or needs
         no sync).
     """
-    ws = getattr(engine, "weight_sync", None)
+    ws = getattr(engine, "generation_sync", None)
     if ws is None or ws.version == version:
         return False
     ws.push(named_full_tensors(model), version)

@@ -170,11 +170,12 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 "global_step": trainer.global_step,
                 "generation_round": trainer.generation_round,
                 "rollout_round": getattr(trainer, "rollout_round", trainer.generation_round),
+                "weight_version": getattr(trainer, "weight_version", trainer.global_step),
                 "num_tokens": trainer.num_tokens,
                 "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
-                "config": trainer.cfg.model_dump(mode="json"),
+                "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
                 "data": data_fingerprint(trainer.cfg.task),
             }
             state.update(_save_round_state(trainer, tmp))
@@ -213,9 +214,18 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     """
     from safetensors.torch import load_file
 
+    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
+
     path = Path(path)
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
+    if is_distributed_checkpoint(path):  # written under torchrun: DCP, loadable onto any world size
+        return load_distributed(trainer, path)
+    if getattr(trainer, "world_size", 1) > 1:
+        raise RuntimeError(
+            f"{path} was written by a single-process run; resuming it under torchrun is not supported "
+            "(resume it with plain `rlvr train --resume`, or start the job from its model folder)"
+        )
     if is_peft_model(trainer.model):
         load_adapter_weights(trainer.model, path)  # LoRA: the base is unchanged, only adapters were saved
     else:
@@ -232,6 +242,9 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     trainer.global_step = int(state["global_step"])
     trainer.generation_round = int(state["generation_round"])
     trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
+    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1  # the engine's weights predate the loaded ones: push before generating
     trainer.num_tokens = int(state["num_tokens"])
     trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
     trainer.loader.load_state_dict(state["loader"])

@@ -14,6 +14,7 @@ those states (checkpointed layers drop their cache), so such calls run every row
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import warnings
@@ -53,7 +54,32 @@ def build_inputs(batch: RolloutBatch, pad_token_id: int) -> tuple[torch.Tensor, 
     return input_ids, attn, pred_pos
 
 
+RUNNER_ATTR = "rlvr_forward_runner"
+"""Set on an FSDP2-sharded policy (:func:`rlvr.distributed.fsdp.shard_policy`): its root module, through
+which every forward here runs so that FSDP gathers the root's parameters (embedding, norm, head)."""
+
+
 def completion_logprobs(
+    model: Any,
+    batch: RolloutBatch,
+    *,
+    pad_token_id: int,
+    chunk_size: int = 1024,
+    with_entropy: bool = True,
+    entropy_grad: bool = False,
+    share_prompt: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[n, T]`` of the batch's completion tokens and entropy ``[n, T]``
+    (:func:`_local_completion_logprobs`), run through the FSDP root when ``model`` is sharded."""
+    runner = getattr(model, RUNNER_ATTR, None)
+    kw = dict(pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=with_entropy,
+              entropy_grad=entropy_grad, share_prompt=share_prompt)
+    if runner is not None:
+        return runner(_local_completion_logprobs, batch, **kw)
+    return _local_completion_logprobs(model, batch, **kw)
+
+
+def _local_completion_logprobs(
     model: Any,
     batch: RolloutBatch,
     *,
@@ -296,14 +322,21 @@ def batch_logprobs(
     model.eval()
     logp = torch.zeros_like(batch.completion_mask)
     ent = torch.zeros_like(batch.completion_mask) if with_entropy else None
+    runner = getattr(model, RUNNER_ATTR, None)
+    gathered: Any = contextlib.nullcontext()
+    if runner is not None:  # FSDP: gather once for the whole pass (ranks may run different micro counts)
+        from rlvr.distributed.fsdp import unsharded
+
+        gathered = unsharded(runner, training=False)
     try:
-        for rows in micro_batches(batch, rows_per_micro, keep_groups=share_prompt):
-            micro = batch.select(rows)
-            lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
-                                        with_entropy=with_entropy, share_prompt=share_prompt)
-            logp[rows, : lp.shape[1]] = lp
-            if ent is not None and e is not None:
-                ent[rows, : e.shape[1]] = e
+        with gathered:
+            for rows in micro_batches(batch, rows_per_micro, keep_groups=share_prompt):
+                micro = batch.select(rows)
+                lp, e = completion_logprobs(model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size,
+                                            with_entropy=with_entropy, share_prompt=share_prompt)
+                logp[rows, : lp.shape[1]] = lp
+                if ent is not None and e is not None:
+                    ent[rows, : e.shape[1]] = e
     finally:
         model.train(was)
     return logp, ent

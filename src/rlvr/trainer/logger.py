@@ -119,3 +119,19 @@ class RunLogger:
             self._tb.close()
         for t in self.trackers:
             t.close()
+
+
+class NullLogger:
+    """The logger of ranks other than 0 under ``torchrun``: same methods, writes nothing."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Ignore ``metrics`` (rank 0 writes the job's reduced row)."""
+
+    def log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Ignore ``rows`` (completions are sampled from rank 0)."""
+
+    def message(self, text: str) -> None:
+        """Ignore ``text``."""
+
+    def close(self) -> None:
+        """Nothing to close."""

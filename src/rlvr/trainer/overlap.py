@@ -35,8 +35,6 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from rlvr.engines.weight_sync import sync_policy
-
 __all__ = ["RolloutPipeline"]
 
 
@@ -93,7 +91,7 @@ class RolloutPipeline:
         tr = self.trainer
         waited = self.drain()
         if not self._started and not self.ready:  # a fresh run: rounds 0 .. k-1 from the initial weights
-            sync_policy(tr.engine, tr.model, tr.global_step)
+            tr.sync_weights()
             for _ in range(self.level):
                 self.ready.append(self._generate(tr.global_step, 0))  # all from the weights after 0 rounds
         self._started = True
@@ -102,7 +100,7 @@ class RolloutPipeline:
         self.round_index += 1
         tr.generation_round += 1  # rounds handed to training: what schedules read (generation runs ahead)
         t = time.perf_counter()
-        pushed = sync_policy(tr.engine, tr.model, tr.global_step)  # weights after round j-1
+        tr.sync_weights()  # weights after round j-1 (nothing is generating now)
         sync_s = time.perf_counter() - t
         if not self._last_round(tr):
             self._inflight = self._pool.submit(self._generate, tr.global_step, j)  # round j + k
@@ -110,8 +108,7 @@ class RolloutPipeline:
         metrics["async/wait_s"] = waited
         metrics["async/staleness_rounds"] = float(j - source)
         metrics["async/queued_rounds"] = float(len(self.ready))
-        if pushed:
-            metrics["timing/weight_sync_s"] = sync_s
+        metrics["timing/weight_sync_s"] = sync_s
         return batch, metrics
 
     @staticmethod

@@ -105,6 +105,29 @@ def _safetensors_problem(f: Path) -> str | None:
     return None
 
 
+def _distributed_problems(p: Path, state: dict) -> list[str]:
+    """The parts of a ``torchrun`` checkpoint: DCP metadata, and per rank its state and the files it names."""
+    problems = []
+    if not (p / "dcp" / ".metadata").is_file():
+        problems.append("dcp/.metadata: missing (the sharded model and optimizer were not finished)")
+    for r in range(int(state.get("world_size", 1) or 1)):
+        d = p / f"rank-{r}"
+        try:
+            rs = json.loads((d / "rank_state.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            problems.append(f"rank-{r}/rank_state.json: missing")
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"rank-{r}/rank_state.json: corrupt JSON ({exc})")
+            continue
+        needed = ["pending.safetensors", "pending.json"] if rs.get("pending") else []
+        needed += ["schedule.safetensors"] if rs.get("schedule_tensors") else []
+        for k in range(int(rs.get("num_carry", 0) or 0)):
+            needed += [f"carry-{k}.safetensors", f"carry-{k}.json"]
+        problems += [f"rank-{r}/{n}: missing" for n in needed if not (d / n).is_file()]
+    return problems
+
+
 def checkpoint_problems(path: str | Path) -> list[str]:
     """What makes ``path`` an unusable checkpoint: empty when it looks whole.
 
@@ -130,7 +153,10 @@ def checkpoint_problems(path: str | Path) -> list[str]:
         problems.append(f"{STATE_FILE}: missing")
     except (OSError, ValueError) as exc:
         problems.append(f"{STATE_FILE}: corrupt JSON ({exc})")
-    for name in ("optimizer.pt", "scheduler.pt"):
+    distributed = (p / "dcp").is_dir()  # written under torchrun (rlvr.trainer.dist_checkpoint)
+    if distributed:
+        problems += _distributed_problems(p, state)
+    for name in ("scheduler.pt",) if distributed else ("optimizer.pt", "scheduler.pt"):
         f = p / name
         if not f.is_file():
             problems.append(f"{name}: missing")
@@ -144,6 +170,8 @@ def checkpoint_problems(path: str | Path) -> list[str]:
         if why:
             problems.append(why)
     needed = []
+    if distributed:
+        state = {}  # the pending batch, schedule tensors and carry live in rank-R/ (checked above)
     if state.get("pending"):
         needed += ["pending.safetensors", "pending.json"]
     if state.get("schedule_tensors"):

@@ -24,7 +24,6 @@ from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
-from rlvr.engines.weight_sync import sync_policy
 from rlvr.errors import IdleRunError, RlvrError
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
@@ -39,7 +38,7 @@ from rlvr.trainer.lifecycle import (
     RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
 )
 from rlvr.trainer.idle import IdleTracker, RoundSignal
-from rlvr.trainer.logger import RunLogger
+from rlvr.trainer.logger import NullLogger, RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
@@ -120,8 +119,8 @@ class Trainer:
         engine: generation backend; defaults to the one ``cfg.engine`` names
             (:func:`rlvr.engines.factory.build_engine`: ``hf`` = :class:`rlvr.engines.hf.HFEngine` on
             ``model``, ``vllm`` = a vLLM server the trainer owns and stops in :meth:`close`). Before each
-            generation round the trainer calls :func:`rlvr.engines.weight_sync.sync_policy`, which
-            pushes the current weights to an engine that does not share ``model`` (no-op otherwise).
+            generation round :meth:`sync_weights` pushes the current weights to an engine that exposes a
+            ``generation_sync`` sync point (no-op for one that shares ``model``).
         sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
             first_group_id=) -> RolloutBatch``; defaults to ``SAMPLERS[cfg.sampler]``. A sampler may
             score its batch itself (rewards set) and set advantages (e.g. tree advantages); the
@@ -133,6 +132,12 @@ class Trainer:
             adapters disabled (:func:`rlvr.lora.reference_policy`).
         extra_mask_fns: mask hooks applied in every update, after those named by ``cfg.loss_masks``.
         output_dir: run directory; defaults to ``cfg.logging.output_dir``.
+        dp: this rank's :class:`rlvr.distributed.DataParallel` under ``torchrun`` (None: one process).
+            ``cfg`` is then the rank's config (:func:`rlvr.distributed.setup.local_config`) and
+            ``run_config`` the job's (saved in checkpoints). The trainer shards the models (FSDP2) or
+            keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
+            logs on rank 0 only.
+        run_config: the job's config as the user wrote it (default ``cfg``).
     """
 
     def __init__(
@@ -148,14 +153,31 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         extra_mask_fns: Sequence[MaskFn] = (),
         output_dir: str | Path | None = None,
+        dp: Any = None,
+        run_config: RLConfig | None = None,
     ) -> None:
         check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
         self.cfg = cfg
+        self.run_config = run_config or cfg
+        self.dp = dp
+        self.rank = dp.rank if dp is not None else 0
+        self.world_size = dp.world_size if dp is not None else 1
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
+        if lora and self.world_size > 1:
+            raise RlvrError("LoRA (model.lora.r > 0) under torchrun is not supported yet: run it in one process")
         if cfg.model.lora.r > 0 and not is_peft_model(model):
             spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
             model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
+            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
+        gen_model, sharded = model, False
+        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
+            from rlvr.distributed.setup import prepare_models
+
+            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         self.model = model
         self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
@@ -169,8 +191,18 @@ class Trainer:
             engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
                                                    precision=self.precision)
         elif engine is None:
-            engine = build_engine(cfg, model, tokenizer, self.output_dir)
+            engine = build_engine(cfg, gen_model, tokenizer, self.output_dir)
         self.engine = engine
+        # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
+        # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
+        # (`weight_sync` above is LoRA's pull-style callable for its merged copy.)
+        self.weight_version = 0
+        self.generation_sync = getattr(engine, "generation_sync", None)
+        self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
+        if self.generation_sync is None and sharded and not self._gather_for_generation:
+            from rlvr.distributed.weights import ModuleCopySync
+
+            self.generation_sync = ModuleCopySync(gen_model)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
         self.scorer = Scorer(
@@ -181,6 +213,10 @@ class Trainer:
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule = schedule or SCHEDULES[cfg.schedule](cfg)
         self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
+        if self.world_size > 1:
+            from rlvr.distributed.data import RankPromptLoader
+
+            self.loader = RankPromptLoader(self.loader, self.rank, self.world_size)
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
@@ -188,9 +224,8 @@ class Trainer:
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
-        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
         if cfg.beta > 0 and not self._ref_is_base:
-            self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+            self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
         self.generation_round = 0  # rounds handed to training (what schedules read)
@@ -225,12 +260,13 @@ class Trainer:
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.rollout_round * 7919) % 2**31,
+            seed=(c.seed * 1_000_003 + self.rollout_round * 7919 + self.rank * 104_729) % 2**31,
         )
 
     def _draw(self, k: int) -> RolloutBatch:
         problems = self.loader.next(k)
-        first = self.rollout_round * 1_000_000 + self._draw_count * k
+        # group ids unique over the job: draw d of rank r gets block d·W + r
+        first = self.rollout_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
         self._draw_count += 1
         return self.sampler.sample(
             problems, self.cfg.num_generations, self.sampling_params(), policy_version=self._gen_version,
@@ -244,22 +280,36 @@ class Trainer:
         )
         return logp
 
+    def sync_weights(self) -> None:
+        """Push the trained weights to the generation engine when it is behind ``weight_version``
+        (every rank; a collective when the policy is sharded)."""
+        ws = self.generation_sync
+        if ws is not None and ws.version != self.weight_version:
+            from rlvr.distributed.weights import full_named_tensors
+
+            ws.push(full_named_tensors(self.model), self.weight_version)
+
+    def _needs_trainer_old_logp(self) -> bool:
+        cfg = self.cfg
+        return (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer")
+
     def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """Collect, score and prepare one generation batch (advantages, behaviour and reference log-probs).
 
         Args:
             policy_version: ``None`` (synchronous): push the current weights to the engine if needed
-                and stamp the rows with ``global_step``. An int (the overlap pipeline, running this in
-                a background thread): the engine already holds that version; nothing here reads the
-                module being trained, and behaviour log-probs are the engine's (``sampler_logp``).
+                (:meth:`sync_weights`) and stamp the rows with ``global_step``. An int (the overlap
+                pipeline, running this in a background thread): the engine already holds that version;
+                nothing here reads the module being trained, and behaviour log-probs are the engine's
+                (``sampler_logp``).
         """
         cfg = self.cfg
         timings: dict[str, float] = {}
         overlapped = policy_version is not None
         if not overlapped:
             t = time.perf_counter()
-            if sync_policy(self.engine, self.model, self.global_step):  # seam: weights to a non-colocated engine
-                timings["timing/weight_sync_s"] = time.perf_counter() - t
+            self.sync_weights()
+            timings["timing/weight_sync_s"] = time.perf_counter() - t
         self._gen_version = self.global_step if policy_version is None else int(policy_version)
         t0 = time.perf_counter()
         self._draw_count = 0
@@ -275,9 +325,15 @@ class Trainer:
             score_time += time.perf_counter() - t
             return s
 
-        batch, cstats, self._carry = collect_generation_batch(
-            self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
-        )
+        gathered = self.dp.inference(self.model) if self._gather_for_generation else contextlib.nullcontext()
+        with gathered:  # generation_weights=gathered: the shards are gathered once for the whole round
+            batch, cstats, self._carry = collect_generation_batch(
+                self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
+            )
+        if self.world_size > 1:  # ranks that drew fewer times (dynamic sampling) skip their slices of the
+            n = int(self.dp.max([self._draw_count])[0])  # others' draws: every rank's loader stays identical
+            for _ in range(n - self._draw_count):
+                self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.rollout_round += 1
@@ -289,13 +345,20 @@ class Trainer:
             self._round_signal = signal_
         metrics: dict[str, float] = {}
         if len(batch) == 0:
+            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
+                if self._needs_trainer_old_logp():
+                    self._logprobs(self.model, batch)
+                if self.ref_model is not None:
+                    self._logprobs(self.ref_model, batch)
+            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
+                self._assign_advantages(batch)
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
         if overlapped:  # the trained module moves on meanwhile: only the engine's log-probs are the sampling version's
             if batch.sampler_logp is None:
                 raise TrainingError(f"max_async_level={cfg.max_async_level}: sampler {cfg.sampler!r} gives no "
                                     "behaviour log-probs (sampler_logp)")
             batch.old_logp = batch.sampler_logp
-        elif (cfg.beta > 0 and cfg.kl_in_reward) or (self.updates_per_generation > 1 and cfg.old_logprob_source == "trainer"):
+        elif self._needs_trainer_old_logp():
             t = time.perf_counter()
             batch.old_logp = self._logprobs(self.model, batch)
             timings["timing/old_logprob_s"] = time.perf_counter() - t
@@ -314,7 +377,7 @@ class Trainer:
         if self.updates_per_generation == 1 and not overlapped:
             batch.old_logp = None  # μ = 1: ratio ≡ 1 via sg(logp), no stored behaviour log-probs needed
         if batch.advantages is None:
-            assign_advantages(batch, cfg, self.adv_fn)
+            self._assign_advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
             batch = f(batch)
@@ -336,6 +399,23 @@ class Trainer:
         if not overlapped:
             self._last_samples = self._sample_rows(batch)
         return batch, metrics
+
+    def _global_batch_std(self) -> bool:
+        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
+        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
+
+    def _assign_advantages(self, batch: RolloutBatch) -> None:
+        if not self._global_batch_std():
+            assign_advantages(batch, self.cfg, self.adv_fn)
+            return
+        from rlvr.distributed.stats import global_std
+
+        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
+        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
+        if len(batch) == 0:
+            return
+        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
+        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print
@@ -364,22 +444,24 @@ class Trainer:
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
             loss_kwargs_fn=opt_batch.meta.get("loss_kwargs_fn"),  # seam: per-batch policy-loss inputs
-            share_prompt=cfg.share_prompt_forward,
+            share_prompt=cfg.share_prompt_forward, dp=self.dp,
         )
         phase = opt_batch.meta.get("phase")
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
         m.update(opt_batch.meta.get("update_metrics", {}))  # seam: schedules report scalars per update
         m["timing/update_s"] = time.perf_counter() - t
         m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        staleness = (self.global_step - opt_batch.policy_version).float()
-        m["staleness/mean"] = float(staleness.mean())
-        m["staleness/max"] = float(staleness.max())
+        if len(opt_batch):  # a rank may run an empty update to keep step with the others
+            staleness = (self.global_step - opt_batch.policy_version).float()
+            m["staleness/mean"] = float(staleness.mean())
+            m["staleness/max"] = float(staleness.max())
         if res.skipped:
             self.consecutive_nonfinite += 1
             m["actor/skipped_nonfinite"] = 1.0
         else:
             self.consecutive_nonfinite = 0
             self.scheduler.step()
+            self.weight_version += 1
             m["actor/skipped_nonfinite"] = 0.0
         self.num_tokens += res.tokens
         return m
@@ -403,12 +485,15 @@ class Trainer:
                 and the message gives the pass rate, the zero-variance share and what to try.
         """
         cfg = self.cfg
-        trackers = build_trackers(cfg.logging.sinks, self.output_dir, cfg.model_dump(mode="json"), cfg.logging,
-                                  resume=self.global_step > 0)
-        logger = RunLogger(
-            self.output_dir, cfg.max_steps, start_step=self.global_step,
-            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
-        )
+        if self.rank == 0:
+            trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
+                                      cfg.logging, resume=self.global_step > 0)
+            logger = RunLogger(
+                self.output_dir, cfg.max_steps, start_step=self.global_step,
+                tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
+            )
+        else:  # one writer per job: rank 0 logs the reduced metrics
+            logger = NullLogger()
         self._logger = logger
         last: dict[str, float] = {}
         t_run = time.perf_counter()
@@ -418,8 +503,9 @@ class Trainer:
         try:
             stop.__enter__()
             while self.global_step < cfg.max_steps:
-                if stop.requested is not None:
-                    raise self._interrupted(stop.requested)
+                req = self._agreed_stop(stop)
+                if req is not None:
+                    raise self._interrupted(req)
                 t_step = time.perf_counter()
                 self._round_signal = None
                 if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
@@ -433,7 +519,10 @@ class Trainer:
                     else:
                         snap = round_snapshot(self)
                         try:
-                            with stop.abandonable(), rollout_progress(self):  # a signal abandons the round
+                            # a signal abandons the round; under torchrun the round finishes (it holds
+                            # collectives) and the ranks stop together at the next step boundary
+                            abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
+                            with abandon, rollout_progress(self):
                                 batch, gen_metrics = self.generate_batch()
                         except _Abandon:
                             restore_round(self, snap)
@@ -442,6 +531,7 @@ class Trainer:
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(self, batch) if len(batch) else []
                     start = 0
+                opt_batches = self._equalise_updates(opt_batches, batch)
                 self.pending_round["num_opt_batches"] = len(opt_batches)
                 step_before = self.global_step
                 for i, ob in enumerate(opt_batches):
@@ -461,14 +551,16 @@ class Trainer:
                     m["perf/peak_memory_mb"] = peak_memory_mb()
                     m["generation/round"] = float(self.generation_round)
                     t_step = time.perf_counter()
+                    m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
                     last = m
                     self._after_step(m)
                     self.summary.observe(m)
-                    if stop.requested is not None:  # the update in progress is finished: stop here
-                        raise self._interrupted(stop.requested)
+                    req = self._agreed_stop(stop)
+                    if req is not None:  # the update in progress is finished: stop here
+                        raise self._interrupted(req)
                 # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
                 # update, e.g. UEC-RL's pending buffer, are progress)
-                if self.idle.round_done(self.global_step > step_before or len(batch) > 0, self._round_signal):
+                if self.idle.round_done(self.global_step > step_before or self._rows_anywhere(batch), self._round_signal):
                     path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
                     raise IdleRunError(self.idle.message(cfg, path))
                 if not opt_batches:
@@ -495,8 +587,18 @@ class Trainer:
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
             self.summary.update_counts(self)
-            print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
+            if self.rank == 0:
+                print(self.summary.text(self.global_step, self.last_checkpoint, status), file=sys.stderr, flush=True)
         return last
+
+    def _agreed_stop(self, stop: StopControl) -> int | None:
+        """The signal to stop on, agreed by every rank (one all-reduce under torchrun: a rank that got
+        SIGTERM a moment later still stops at the same step), or None."""
+        req = stop.requested
+        if self.dp is None or self.world_size == 1:
+            return req
+        got = self.dp.max([float(req or 0)])[0]
+        return int(got) if got else None
 
     def _interrupted(self, signum: int) -> RunInterrupted:
         """Write a checkpoint of the state now (a step boundary) and build the exception to raise."""
@@ -528,6 +630,29 @@ class Trainer:
         self._last_samples = self._sample_rows(batch)
         return batch, opt_batches, int(r["next_index"])
 
+    def _rows_anywhere(self, batch: RolloutBatch) -> bool:
+        """Whether this round left a trainable row on any rank (the idle rule must agree on every rank)."""
+        if self.dp is None or self.world_size == 1:
+            return len(batch) > 0
+        return self.dp.max([float(len(batch))])[0] > 0
+
+    def _equalise_updates(self, opt_batches: list[RolloutBatch], batch: RolloutBatch) -> list[RolloutBatch]:
+        """Pad this rank's updates with empty ones up to the most any rank has this round (every rank
+        takes every optimizer step together; a rank whose groups were all filtered out contributes 0)."""
+        if self.dp is None or self.world_size == 1:
+            return opt_batches
+        n = int(self.dp.max([len(opt_batches)])[0])
+        return list(opt_batches) + [batch.select([]) for _ in range(n - len(opt_batches))]
+
+    def _reduce_step_metrics(self, m: dict[str, float]) -> dict[str, float]:
+        """Under torchrun, one all-gather of every rank's row reduced by name
+        (:func:`rlvr.distributed.metrics.reduce_metric_dicts`); ``m`` itself in one process."""
+        if self.dp is None or self.world_size == 1:
+            return m
+        from rlvr.distributed.metrics import reduce_metric_dicts
+
+        return reduce_metric_dicts(self.dp.gather(m), loss_is_partial=self.cfg.loss_norm_scope == "global")
+
     def _after_step(self, m: dict[str, float]) -> None:
         cfg, logger = self.cfg, self._logger
         assert logger is not None
@@ -558,14 +683,20 @@ class Trainer:
 
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
-        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``.
+        ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``. Under
+        ``torchrun`` every rank calls it (:mod:`rlvr.trainer.dist_checkpoint`); rank 0 rotates.
 
         With overlap, the generation in flight is awaited first, so the checkpoint holds the queued
         rounds and the loader position after them (exact resume)."""
         if self._pipeline is not None and not hf_folder:
             self._pipeline.drain()
-        out = save_checkpoint(self, path, hf_folder=hf_folder)
+        if self.dp is not None and self.dp.env.backend is not None:
+            from rlvr.trainer.dist_checkpoint import save_distributed
+
+            out = save_distributed(self, path, hf_folder=hf_folder)
+        else:
+            out = save_checkpoint(self, path, hf_folder=hf_folder)
         self.last_checkpoint = out
-        if not hf_folder and out.parent == self.output_dir:
+        if not hf_folder and out.parent == self.output_dir and self.rank == 0:
             rotate_checkpoints(self.output_dir, self.cfg.save_total_limit)
         return out

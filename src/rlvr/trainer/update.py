@@ -8,6 +8,7 @@ not depend on the micro-batch size (``grpo_core.md`` §6).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -120,6 +121,7 @@ def policy_update(
     step_optimizer: bool = True,
     loss_kwargs_fn: LossKwargsFn | None = None,
     share_prompt: bool = True,
+    dp: Any = None,
 ) -> UpdateResult:
     """Forward/backward over micro-batches of ``batch`` and one optimizer step.
 
@@ -133,6 +135,12 @@ def policy_update(
     truncated-IS correction (:mod:`rlvr.core.rollout_is`). ``share_prompt`` keeps a group's rows together and runs its prompt once per micro-batch
     (exact; :func:`rlvr.trainer.forward.shared_context_hidden`).
 
+    ``dp`` (a :class:`rlvr.distributed.DataParallel`, None in one process) makes the update one part of
+    a data-parallel update: the normalisers (``Σ W``, ``B_eff``, the masked-token rescale) are
+    all-reduced, so N ranks × B rows give the gradient of one process with N·B rows (global scope);
+    gradients are reduced over ranks before clipping, and a non-finite loss on any rank skips the step
+    on every rank. Every rank must call it the same number of times (an empty ``batch`` is allowed).
+
     Raises:
         ValueError: ``batch.advantages`` is missing.
     """
@@ -145,6 +153,11 @@ def policy_update(
             W_full, settings.loss_agg_mode, seq_denominator=settings.seq_denominator,
             loss_scale_factor=settings.loss_scale_factor,
         )
+        if dp is not None:  # exact global normalisers: Σ over ranks of Σ W and of B_eff
+            tw, ns = dp.sum([denominators.token_weight, denominators.num_seqs])
+            denominators = AggDenominators(token_weight=tw, num_seqs=ns, scale=denominators.scale,
+                                           mode=denominators.mode)
+    scale = dp.loss_scale(loss_norm_scope) if dp is not None else 1.0
     groups = micro_batches(batch, rows_per_micro, keep_groups=share_prompt)
     acc = LossMetricAccumulator()
     optimizer.zero_grad(set_to_none=True)
@@ -152,48 +165,65 @@ def policy_update(
     need_entropy_grad = settings.entropy_coef != 0.0
     den_parts: list[torch.Tensor] = []  # W ⊙ the "drop" masks, per micro-batch (global scope)
     mask_sums: dict[str, list[float]] = {}
-    for rows in groups:
-        micro = batch.select(rows)
-        W = W_full[rows][:, : micro.completion_mask.shape[1]]
-        logp, entropy = completion_logprobs(
-            model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=True,
-            entropy_grad=need_entropy_grad, share_prompt=share_prompt,
-        )
-        masks, drop_masks, has_keep = _run_mask_hooks(extra_mask_fns, micro, logp, mask_sums)
-        local_den = denominators
-        if denominators is not None and masks:
-            den_parts.append(combine_masks(W, *drop_masks))
-        elif denominators is None and has_keep:  # micro scope: "keep" masks stay in the normaliser
-            local_den = settings.denominators(combine_masks(W, *drop_masks))
-        loss, metrics = policy_objective(
-            logp, micro.old_logp, micro.advantages, W, settings, local_den,
-            ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
-            loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
-            rollout_logp=micro.sampler_logp,  # rollout/training mismatch: always measured, corrected when asked
-        )
-        if denominators is None:
-            loss = loss / len(groups)
-            metrics = {k: (v / len(groups) if k.startswith("loss/") else v) for k, v in metrics.items()}
-        if not torch.isfinite(loss):
-            finite = False
-            break
-        loss.backward()
-        acc.add(metrics)
-    params = [p for p in model.parameters() if p.requires_grad]
+    accumulating = dp.accumulate(model) if dp is not None else contextlib.nullcontext()
+    with accumulating:
+        for rows in groups:
+            micro = batch.select(rows)
+            W = W_full[rows][:, : micro.completion_mask.shape[1]]
+            logp, entropy = completion_logprobs(
+                model, micro, pad_token_id=pad_token_id, chunk_size=chunk_size, with_entropy=True,
+                entropy_grad=need_entropy_grad, share_prompt=share_prompt,
+            )
+            masks, drop_masks, has_keep = _run_mask_hooks(extra_mask_fns, micro, logp, mask_sums)
+            local_den = denominators
+            if denominators is not None and masks:
+                den_parts.append(combine_masks(W, *drop_masks))
+            elif denominators is None and has_keep:  # micro scope: "keep" masks stay in the normaliser
+                local_den = settings.denominators(combine_masks(W, *drop_masks))
+            loss, metrics = policy_objective(
+                logp, micro.old_logp, micro.advantages, W, settings, local_den,
+                ref_logp=micro.ref_logp, entropy=entropy, extra_masks=masks,
+                loss_kwargs=loss_kwargs_fn(micro) if loss_kwargs_fn is not None else None,
+                rollout_logp=micro.sampler_logp,  # rollout/training mismatch: always measured, corrected when asked
+            )
+            if denominators is None:
+                loss = loss / len(groups)
+                metrics = {k: (v / len(groups) if k.startswith("loss/") else v) for k, v in metrics.items()}
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            (loss * scale if scale != 1.0 else loss).backward()
+            acc.add(metrics)
     # Global scope: the normalisers were computed before the forward, from W without the hooks'
     # masks. The loss is linear in 1/normaliser, so rescaling the accumulated gradient afterwards
     # gives exactly the loss normalised over W ⊙ "drop" masks (masks known only after the forward).
     factor = 1.0
-    if finite and denominators is not None and den_parts:
+    any_masks = bool(den_parts)
+    actual_den = settings.denominators(den_parts) if den_parts else None
+    if dp is not None:  # one all-reduce: did any rank fail, and the masked normalisers of all ranks
+        bad, tw, ns, masked = dp.sum([
+            0.0 if finite else 1.0, actual_den.token_weight if actual_den else 0.0,
+            actual_den.num_seqs if actual_den else 0.0, 1.0 if den_parts else 0.0,
+        ])
+        finite, any_masks = bad == 0, masked > 0
+        if any_masks and denominators is not None:
+            actual_den = AggDenominators(token_weight=tw, num_seqs=ns, scale=denominators.scale,
+                                         mode=denominators.mode)
+        dp.reduce_gradients(model)  # every rank, even when skipping: the reduction is a collective
+    params = [p for p in model.parameters() if p.requires_grad]  # after the reduction (FSDP: the shards)
+    if finite and denominators is not None and any_masks and actual_den is not None:
         used = _normaliser(denominators, settings.loss_agg_mode)
-        actual = _normaliser(settings.denominators(den_parts), settings.loss_agg_mode)
+        actual = _normaliser(actual_den, settings.loss_agg_mode)
         factor = used / actual if used > 0 and actual > 0 else 1.0  # 0 tokens left: the gradient is 0
         if factor != 1.0:
             for p in params:
                 if p.grad is not None:
                     p.grad.mul_(factor)
     grad_norm = math.nan
-    if finite:
+    if finite and dp is not None:
+        grad_norm = dp.grad_norm_clip(params, max_grad_norm)
+        finite = math.isfinite(grad_norm)
+    elif finite:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
         grad_norm = float(norm)
         finite = math.isfinite(grad_norm)

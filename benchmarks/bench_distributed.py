@@ -1,0 +1,180 @@
+"""One process × 2 threads vs ``torchrun`` 2 processes × 1 thread, same global batch: step time by phase
+and memory per rank (FSDP2 and replicated), on the default model (SmolLM2-135M) or ``--model tiny``.
+
+Arms (each a fresh process or process group, run one after another):
+
+* ``single``      — ``rlvr.cli``'s path without torchrun, ``distributed.num_threads=2``;
+* ``fsdp2``       — ``torchrun --standalone --nproc_per_node 2``, 1 thread each, FSDP2 policy + generation copy;
+* ``fsdp2_gathered`` — FSDP2 generating on the gathered module (``distributed.generation_weights=gathered``);
+* ``replicated``  — the same with ``distributed.fsdp=false`` (full model per rank, all-reduced gradients).
+
+Settings: GRPO, reasoning-gym ``chain_sum``, ``--prompts`` prompts × ``--gens`` completions per round
+(global; each rank of 2 draws half), ``--max-new`` new tokens, fp32, μ = 1, micro-batches of 8 rows.
+Phases are the trainer's own ``timing/*`` metrics (max over ranks under torchrun): ``generate``,
+``reward``, ``weight_sync`` (gathering the shards into the generation copy), ``update`` (forward,
+backward, gradient reduction, clipping, optimizer), and ``step``; the median over steps 2..N (step 1
+includes warm-up). Memory: peak RSS per rank (``perf/peak_memory_mb``, max over ranks) and, per rank,
+bytes held in trained parameters, optimizer state and the generation copy after the last step.
+
+Run (heavy: take the shared lock)::
+
+    HF_HUB_OFFLINE=1 flock /tmp/rlvr-heavy.lock .venv/bin/python benchmarks/bench_distributed.py --steps 4
+
+Writes ``benchmarks/results/bench_distributed.json`` (or ``--out``). Timings are noisy (±20 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "bench_distributed.json"
+PHASES = ("generate_s", "reward_s", "weight_sync_s", "update_s", "step_s")
+
+
+def _bytes(tensors) -> int:
+    n = 0
+    for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        n += t.numel() * t.element_size()
+    return n
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One arm, in this process (rank of a torchrun job or a single process)."""
+    import torch
+
+    from rlvr.config import build_config
+    from rlvr.distributed import DataParallel, init_distributed, shutdown
+    from rlvr.distributed.setup import local_config, use_fsdp
+    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.tasks import build_task
+    from rlvr.trainer.trainer import Trainer
+
+    cfg = build_config(overrides=[
+        "task.type=reasoning_gym", "task.name=chain_sum", f"num_generations={args.gens}",
+        f"generation_batch_size={args.prompts * args.gens}", "beta=0", "per_device_train_batch_size=8",
+        f"max_completion_length={args.max_new}", "max_prompt_length=256", "learning_rate=1e-6",
+        f"max_steps={args.steps}", f"logging.output_dir={args.run_dir}", "logging.progress=false",
+        "logging.tensorboard=false", "logging.log_completions_steps=0", "reward_timeout_s=0",
+        f"distributed.num_threads={args.threads}", f"distributed.fsdp={'false' if args.replicated else 'auto'}",
+        f"distributed.generation_weights={'gathered' if args.gathered else 'copy'}",
+    ])
+    env = init_distributed("cpu", num_threads=args.threads)
+    local = local_config(cfg, env.world_size)
+    model, tok = build_tiny_model(0) if args.model == "tiny" else load_policy(cfg.model)
+    dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=tok.pad_token_id) if env.distributed else None
+    tr = Trainer(local, model, tok, build_task(cfg.task), dp=dp, run_config=cfg)
+    rows: list[dict] = []
+    tr.callbacks.append(lambda t, m: rows.append(dict(m)))
+    tr.train()
+    opt_state = [v for s in tr.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
+    gen = getattr(tr.generation_sync, "target", None)
+    mem = {
+        "param_bytes": _bytes(p for p in tr.model.parameters()),
+        "optimizer_state_bytes": _bytes(opt_state),
+        "generation_copy_bytes": _bytes(gen.parameters()) if gen is not None else 0,
+    }
+    mems = dp.gather(mem) if dp is not None else [mem]
+    if env.rank == 0:
+        Path(args.result).write_text(json.dumps({
+            "world_size": env.world_size, "threads_per_process": env.threads, "fsdp": bool(dp and dp.fsdp),
+            "rows": rows, "memory_per_rank": mems,
+        }))
+    shutdown()
+
+
+def run_arm(name: str, args: argparse.Namespace, tmp: Path) -> dict:
+    res = tmp / f"{name}.json"
+    common = [str(Path(__file__).resolve()), "--worker", "--model", args.model, "--steps", str(args.steps),
+              "--prompts", str(args.prompts), "--gens", str(args.gens), "--max-new", str(args.max_new),
+              "--run-dir", str(tmp / name), "--result", str(res)]
+    if name == "single":
+        cmd = [sys.executable, *common, "--threads", "2"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *common,
+               "--threads", "1", *(["--replicated"] if name == "replicated" else []),
+               *(["--gathered"] if name == "fsdp2_gathered" else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    print(f"[{name}] {' '.join(cmd[:8])} ...", flush=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"arm {name} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(res.read_text())
+
+
+def summarise(arm: dict) -> dict:
+    rows = arm["rows"][1:] or arm["rows"]
+    med = {k: statistics.median(r.get(f"timing/{k}", 0.0) for r in rows) for k in PHASES}
+    med["tokens_per_s"] = statistics.median(r["perf/tokens_per_s"] for r in rows)
+    med["peak_rss_mb"] = max(r["perf/peak_memory_mb"] for r in arm["rows"])
+    return med
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="default", choices=["default", "tiny"])
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--gens", type=int, default=8)
+    p.add_argument("--max-new", type=int, default=64)
+    p.add_argument("--arms", default="single,fsdp2,fsdp2_gathered,replicated")
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--replicated", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--gathered", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from bench_step import matmul_gflops
+
+    flags = ""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    cpu = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+           "avx2": " avx2" in flags, "avx512_bf16": "avx512_bf16" in flags, "amx": "amx_" in flags}
+    torch.set_num_threads(2)
+    mm = matmul_gflops(576, 1536)  # SmolLM2-135M shapes
+    print(f"CPU: {cpu}\nfp32 matmul GFLOP/s (2 threads): " + ", ".join(f"{k} {v:.1f}" for k, v in mm.items()))
+    result = {"settings": {k: v for k, v in vars(args).items() if k in ("model", "steps", "prompts", "gens", "max_new")},
+              "machine": cpu, "matmul_gflop_per_s": mm, "arms": {}}
+    with tempfile.TemporaryDirectory() as d:
+        for name in args.arms.split(","):
+            arm = run_arm(name, args, Path(d))
+            arm["median"] = summarise(arm)
+            arm.pop("rows")
+            result["arms"][name] = arm
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"\n{'arm':<12}" + "".join(f"{k[:-2]:>12}" for k in PHASES) + f"{'tok/s':>9}{'peakRSS MB':>12}"
+          + f"{'params MB':>11}{'optim MB':>10}{'gen copy MB':>12}")
+    for name, arm in result["arms"].items():
+        m, mem = arm["median"], arm["memory_per_rank"][0]
+        print(f"{name:<12}" + "".join(f"{m[k]:>12.2f}" for k in PHASES) + f"{m['tokens_per_s']:>9.1f}{m['peak_rss_mb']:>12.0f}"
+              + f"{mem['param_bytes'] / 2**20:>11.0f}{mem['optimizer_state_bytes'] / 2**20:>10.0f}"
+              + f"{mem['generation_copy_bytes'] / 2**20:>12.0f}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Checkpoints of a ``torchrun`` job: DCP for model and optimizer, per-rank state, a gathered HF folder.
+
+Layout of ``checkpoint-N/`` (every rank writes its part into one temporary folder that rank 0 renames
+into place after a barrier, so a kill leaves the previous checkpoint or the new one):
+
+* ``dcp/`` — ``torch.distributed.checkpoint`` of ``{"model", "optim"}`` (``get_state_dict``: FSDP2 shards
+  or replicated tensors), loadable onto any world size (DCP reshards);
+* ``model.safetensors`` + config + tokenizer — the full policy gathered to rank 0 (``rlvr eval`` reads it);
+* ``scheduler.pt``, ``trainer_state.json`` — shared state (step, round, loader position: the same on every
+  rank, :class:`rlvr.distributed.data.RankPromptLoader`), with ``"world_size"``;
+* ``rank-R/`` — rank R's RNG states, schedule state, pending generation batch and dynamic-sampling carry
+  (:mod:`rlvr.trainer.checkpoint` writes them as for one process).
+
+Resuming on the same world size continues exactly. On another world size model, optimizer, scheduler and
+loader position load; the per-rank parts cannot be mapped to the new ranks, so the generation batch in
+progress is dropped (training continues with a fresh round from the saved loader position), the
+dynamic-sampling carry is dropped, and rank R takes rank ``R mod old_world``'s RNG and schedule state.
+The folder must be on a file system every node sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.trainer.checkpoint import (
+    CHECKPOINT_VERSION,
+    STATE_FILE,
+    _load_round_state,
+    _save_round_state,
+    capture_rng_state,
+    data_fingerprint,
+    restore_rng_state,
+)
+
+RANK_STATE = "rank_state.json"
+
+
+def _state_dicts(trainer: Any) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(trainer.model, trainer.optimizer)
+    return {"model": msd, "optim": osd}
+
+
+def _write_hf_folder(trainer: Any, folder: Path) -> None:
+    """Gather the full policy (every rank: one all-gather per sharded tensor) and write it as a Hugging
+    Face folder (rank 0, ``save_pretrained(state_dict=...)``)."""
+    from rlvr.distributed.weights import full_named_tensors
+
+    full = dict(full_named_tensors(trainer.model))
+    if trainer.rank == 0:
+        trainer.model.save_pretrained(folder, state_dict=full, safe_serialization=True)
+        trainer.tokenizer.save_pretrained(folder)
+
+
+def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False) -> Path:
+    """Write ``trainer``'s job state to ``path`` (call on every rank; see the module docstring).
+
+    With ``hf_folder`` only the gathered Hugging Face folder is written (the final export).
+
+    Returns:
+        the final path.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    dp = trainer.dp
+    path = Path(path)
+    tmp_name = None
+    if trainer.rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp_name = tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    tmp = Path(dp.broadcast(tmp_name))
+    try:
+        _write_hf_folder(trainer, tmp)
+        if not hf_folder:
+            dcp.save(_state_dicts(trainer), checkpoint_id=str(tmp / "dcp"))
+            rank_dir = tmp / f"rank-{trainer.rank}"
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            rank_state = {"rng": capture_rng_state(), **_save_round_state(trainer, rank_dir)}
+            (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
+            if trainer.rank == 0:
+                torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
+                state = {
+                    "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
+                    "global_step": trainer.global_step, "generation_round": trainer.generation_round,
+                    "num_tokens": trainer.num_tokens, "weight_version": trainer.weight_version,
+                    "consecutive_nonfinite": trainer.consecutive_nonfinite,
+                    "loader": trainer.loader.state_dict(),
+                    "config": trainer.run_config.model_dump(mode="json"),
+                    "data": data_fingerprint(trainer.cfg.task),
+                }
+                (tmp / STATE_FILE).write_text(json.dumps(state))
+        dp.barrier()
+        if trainer.rank == 0:
+            with open(tmp / ".complete", "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        dp.barrier()
+    except BaseException:
+        if trainer.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def is_distributed_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` was written by :func:`save_distributed` (it has a ``dcp/`` folder)."""
+    return (Path(path) / "dcp").is_dir()
+
+
+def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
+    """Restore a :func:`save_distributed` checkpoint into ``trainer`` (every rank; any world size,
+    including one process without a process group).
+
+    Returns:
+        the shared ``trainer_state.json`` contents.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a complete checkpoint.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    path = Path(path)
+    if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
+        raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
+    state = json.loads((path / STATE_FILE).read_text())
+    sd = _state_dicts(trainer)
+    dcp.load(sd, checkpoint_id=str(path / "dcp"))
+    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+    trainer.global_step = int(state["global_step"])
+    trainer.generation_round = int(state["generation_round"])
+    trainer.num_tokens = int(state["num_tokens"])
+    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1  # the engine's copy predates the loaded weights
+    trainer.loader.load_state_dict(state["loader"])
+    old_world = int(state.get("world_size", 1))
+    same = old_world == trainer.world_size
+    rank_dir = path / f"rank-{trainer.rank % old_world}"
+    rank_state = json.loads((rank_dir / RANK_STATE).read_text())
+    if not same:  # per-rank rollouts do not map onto other ranks: drop them (module docstring)
+        rank_state = {**rank_state, "pending": None, "num_carry": 0}
+    _load_round_state(trainer, rank_dir, rank_state)
+    restore_rng_state(rank_state["rng"])
+    state["resharded_from"] = None if same else old_world
+    return state
