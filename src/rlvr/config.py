@@ -30,6 +30,7 @@ from rlvr.config_sections import (
     MuGRPOConfig,
     TaskConfig,
     UECConfig,
+    VLLMConfig,
     _Strict,
 )
 from rlvr.errors import ConfigError
@@ -98,6 +99,11 @@ class RLConfig(_Strict):
     vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0)
     vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    # generation backend: "hf" (in-process, shares the trained module) or "vllm" (a server; section vllm)
+    engine: Literal["hf", "vllm"] = "hf"
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    # overlap: round k+1 is generated while round k trains; rows are exactly this many rounds stale (0 = off)
+    max_async_level: int = Field(0, ge=0)
     # composable parts (registries in rlvr.parts, rlvr.schedules, rlvr.core; checked by trainer.components)
     sampler: str = "group"
     schedule: str = "on_policy"
@@ -194,9 +200,29 @@ class RLConfig(_Strict):
                     "from the truncated distribution, so the correction also reweights the truncation",
                     stacklevel=2,
                 )
-        if self.old_logprob_source == "sampler" and (self.top_p < 1 or self.top_k > 0):
+        if self.max_async_level > 0 and self.vllm_importance_sampling_correction:
+            raise ValueError(
+                f"vllm_importance_sampling_correction with max_async_level={self.max_async_level}: overlapped rounds "
+                "take their old log-probs from the engine, so there is no trainer-side old policy to correct towards"
+            )
+        if self.max_async_level > 0 and self.schedule == "staged" and self.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+            raise ValueError(
+                "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
+                f"max_async_level={self.max_async_level} later stages are drawn before it: use continue_loader"
+            )
+        if self.engine == "vllm" and self.model.lora.r > 0:
+            raise ValueError(
+                "engine=vllm with model.lora.r > 0 is not supported: the server is given full weights, not LoRA "
+                "adapters (use engine=hf, or merge the adapter first: rlvr export --merge)"
+            )
+        if self.max_async_level > 0 and self.engine != "vllm":
+            raise ValueError(
+                f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "
+                "module being trained, so generation cannot overlap training (use max_async_level=0)"
+            )
+        if (self.old_logprob_source == "sampler" or self.max_async_level > 0) and (self.top_p < 1 or self.top_k > 0):
             warnings.warn(
-                "old_logprob_source=sampler with top_p<1 or top_k>0 biases the importance ratio: the "
+                "old_logprob_source=sampler (or max_async_level>0, which uses the sampler's log-probs) with top_p<1 or top_k>0 biases the importance ratio: the "
                 "sampler's log-probs come from a truncated distribution",
                 stacklevel=2,
             )

@@ -427,3 +427,46 @@ class MuGRPOConfig(_Strict):
     reset_optimizer_each_stage: bool = False
     shuffle_groups_within_stage: bool = True
     stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"
+
+
+class VLLMConfig(_Strict):
+    """The vLLM server engine (``engine: vllm``; ``rlvr.engines.vllm_engine``, docs/vllm.md).
+
+    rlvr starts the server itself (``python`` = the vLLM environment's interpreter, built by
+    ``make vllm-env``; ``port`` 0 = any free port; ``args`` appended to the server's command line) and
+    stops it on exit, Ctrl-C or crash — or, with ``url`` set, connects to a running one (started with
+    ``VLLM_SERVER_DEV_MODE=1`` and ``--logprobs-mode processed_logprobs``; it must read
+    ``sync_dir``). ``dtype`` ``auto`` follows ``model.dtype``. ``max_model_len`` ``None`` = the
+    model's own limit. ``cpu_kv_cache_gib``: the CPU backend's KV cache size (``VLLM_CPU_KVCACHE_SPACE``;
+without it vLLM reserves ~92 % of the machine's memory). ``seed_requests``: send each request a seed
+(reproducible draws) — off by default because vLLM 0.32's CPU worker crashes ("CPU Generator does not
+use offset") when a seeded request's prefill is split across scheduler steps, which long or many
+prompts cause; the server itself is started with ``--seed`` = the run seed. ``weight_sync: filesystem`` writes safetensors to ``sync_dir`` (``None``: a
+    fresh temporary folder) and reloads them after each round's
+    optimizer steps; ``none`` never pushes (a frozen policy, e.g. evaluation).
+    """
+
+    url: str | None = None
+    python: str = ".venv-vllm/bin/python"
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cpu_kv_cache_gib: float = Field(2.0, gt=0)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    enforce_eager: bool = False
+    max_model_len: int | None = Field(None, ge=1)
+    startup_timeout_s: float = Field(600.0, gt=0)
+    request_timeout_s: float = Field(3600.0, gt=0)
+    max_concurrency: int = Field(256, ge=1)
+    seed_requests: bool = False
+    weight_sync: Literal["filesystem", "none"] = "filesystem"
+    sync_dir: str | None = None
+    served_model_name: str = "rlvr-policy"
+    log_file: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "VLLMConfig":
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"vllm.url must start with http:// or https://, got {self.url!r}")
+        return self

@@ -392,6 +392,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         stop = f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
     finally:
         curve_f.close()
+        trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)
     wall = time.perf_counter() - t0
     log(f"compare: {arm.name} seed {seed}: {trainer.global_step} steps, {meter.rollouts} rollouts, "
         f"{meter.tokens} tokens, {wall:.1f} s ({stop})")

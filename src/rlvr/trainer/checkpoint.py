@@ -38,8 +38,9 @@ from rlvr.trainer.run_dir import apply_umask, find_resumable
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
-IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds")
-"""Config keys (and sections) that may change between a run and its resumption."""
+IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds", "vllm")
+"""Config keys (and sections) that may change between a run and its resumption (``vllm``: where and how the
+server runs, not what it computes)."""
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -179,6 +180,8 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 "version": CHECKPOINT_VERSION,
                 "global_step": trainer.global_step,
                 "generation_round": trainer.generation_round,
+                "rollout_round": getattr(trainer, "rollout_round", trainer.generation_round),
+                "weight_version": getattr(trainer, "weight_version", trainer.global_step),
                 "num_tokens": trainer.num_tokens,
                 "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
                 "loader": trainer.loader.state_dict(),
@@ -260,6 +263,10 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     state = json.loads((path / STATE_FILE).read_text())
     trainer.global_step = int(state["global_step"])
     trainer.generation_round = int(state["generation_round"])
+    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
+    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1  # the engine's weights predate the loaded ones: push before generating
     trainer.num_tokens = int(state["num_tokens"])
     trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
     trainer.loader.load_state_dict(state["loader"])
@@ -299,6 +306,13 @@ def _save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
     for k, b in enumerate(carry):
         save_rollouts(b, folder, f"carry-{k}")
     out["num_carry"] = len(carry)
+    pipe = getattr(trainer, "_pipeline", None)  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
+    if pipe is not None:
+        st = pipe.state()
+        for k, (b, _, _) in enumerate(st["ready"]):
+            save_rollouts(b, folder, f"queued-{k}")
+        out["async"] = {"round_index": st["round_index"], "started": st["started"],
+                        "metrics": [m for _, m, _ in st["ready"]], "sources": [src for _, _, src in st["ready"]]}
     return out
 
 
@@ -313,6 +327,11 @@ def _load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
     problems = getattr(getattr(trainer, "loader", None), "problems", None) or []
     by_uid = {getattr(p, "uid", None): p for p in problems}
     trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
+    pipe, a = getattr(trainer, "_pipeline", None), state.get("async")
+    if pipe is not None and a is not None:
+        ready = [(load_rollouts(path, f"queued-{k}", problems_by_uid=by_uid), m, int(src))
+                 for k, (m, src) in enumerate(zip(a["metrics"], a["sources"]))]
+        pipe.load_state({"ready": ready, "round_index": a["round_index"], "started": a["started"]})
     p = state.get("pending")
     if p:
         trainer._resume_round = {

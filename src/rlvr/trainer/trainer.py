@@ -23,6 +23,7 @@ from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator, kl_penalty
 from rlvr.core.objective import LossSettings
+from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RlvrError
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
@@ -49,6 +50,7 @@ from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import NullLogger, RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
+from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
 from rlvr.trainer.run_dir import rotate_checkpoints
 from rlvr.trainer.update import MaskFn, policy_update
@@ -122,7 +124,11 @@ class Trainer:
             already is a ``PeftModel`` is used as it is.
         tokenizer: its tokenizer (with a chat template).
         task: prompt source and verifier (:class:`rlvr.tasks.Task`).
-        engine: generation backend; defaults to :class:`rlvr.engines.hf.HFEngine` on ``model``.
+        engine: generation backend; defaults to the one ``cfg.engine`` names
+            (:func:`rlvr.engines.factory.build_engine`: ``hf`` = :class:`rlvr.engines.hf.HFEngine` on
+            ``model``, ``vllm`` = a vLLM server the trainer owns and stops in :meth:`close`). Before each
+            generation round :meth:`sync_weights` pushes the current weights to an engine that exposes a
+            ``generation_sync`` sync point (no-op for one that shares ``model``).
         sampler: exploration strategy with ``sample(problems, G, params, policy_version=,
             first_group_id=) -> RolloutBatch``; defaults to ``SAMPLERS[cfg.sampler]``. A sampler may
             score its batch itself (rewards set) and attach structure a batch-level advantage
@@ -187,13 +193,13 @@ class Trainer:
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
+        validate_components(cfg)  # before a server is started
+        self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
         if engine is None and lora:
             engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
                                                    precision=self.precision)
         elif engine is None:
-            from rlvr.engines.hf import HFEngine
-
-            engine = HFEngine(gen_model, tokenizer)
+            engine = build_engine(cfg, gen_model, tokenizer, self.output_dir)
         if self.weight_sync is None and getattr(engine, "casts_weights", False):
             # a bf16 decode copy (model.dtype=bf16): re-cast once per policy version, before each round
             self.weight_sync = lambda step, _e=engine: _e.sync_weights(version=step)
@@ -208,7 +214,6 @@ class Trainer:
             from rlvr.distributed.weights import ModuleCopySync
 
             self.generation_sync = ModuleCopySync(gen_model)
-        validate_components(cfg)
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
         self.scorer = Scorer(
@@ -236,7 +241,8 @@ class Trainer:
             self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
         self.global_step = 0
-        self.generation_round = 0
+        self.generation_round = 0  # rounds handed to training (what schedules read)
+        self.rollout_round = 0  # rounds generated (seeds, group ids); ahead of generation_round under overlap
         self.num_tokens = 0
         self.consecutive_nonfinite = 0
         self.idle = IdleTracker(cfg.max_idle_rounds)
@@ -252,6 +258,9 @@ class Trainer:
         self.final_dir: Path | None = None  # the exported model folder (final/), once written
         self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+        self._gen_version = 0  # policy version stamped on the rows being generated
+        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
+        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
 
     # ----------------------------------------------------------------------------- rollouts
     @property
@@ -261,20 +270,20 @@ class Trainer:
 
     def sampling_params(self) -> SamplingParams:
         """Sampling settings of the current generation round; the seed is derived from the run seed
-        and the round index, so a resumed run draws the same rollouts."""
+        and the round index (``rollout_round``), so a resumed run draws the same rollouts."""
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.generation_round * 7919 + self.rank * 104_729) % 2**31,
+            seed=(c.seed * 1_000_003 + self.rollout_round * 7919 + self.rank * 104_729) % 2**31,
         )
 
     def _draw(self, k: int) -> RolloutBatch:
         problems = self.loader.next(k)
         # group ids unique over the job: draw d of rank r gets block d·W + r
-        first = self.generation_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
+        first = self.rollout_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
         self._draw_count += 1
         return self.sampler.sample(
-            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self.global_step,
+            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self._gen_version,
             first_group_id=first,
         )
 
@@ -298,7 +307,7 @@ class Trainer:
         cfg = self.cfg
         return (cfg.beta > 0 and cfg.kl_in_reward) or (bool(self.schedule.needs_old_logp) and cfg.old_logprob_source == "trainer")
 
-    def generate_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
+    def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The one preparation path of a generation batch: sample → score → shape rewards (overlong
         penalty; KL in the reward) → advantages → batch filters.
 
@@ -307,19 +316,29 @@ class Trainer:
         group estimator of :data:`rlvr.core.advantages.ADV_ESTIMATORS`), so shaping reaches every
         sampler's advantages.
 
+        Args:
+            policy_version: ``None`` (synchronous): push the current weights to the engine if needed
+                (:meth:`sync_weights`) and stamp the rows with ``global_step``. An int (the overlap
+                pipeline, running this in a background thread): the engine already holds that version;
+                nothing here reads the module being trained, and behaviour log-probs are the engine's
+                (``sampler_logp``).
+
         Returns:
             ``(batch, metrics)``: the prepared batch (possibly empty) and its per-round scalars.
         """
         cfg = self.cfg
         timings: dict[str, float] = {}
-        t = time.perf_counter()
-        self.sync_weights()
-        timings["timing/weight_sync_s"] = time.perf_counter() - t
+        overlapped = policy_version is not None
+        if not overlapped:
+            t = time.perf_counter()
+            self.sync_weights()
+            timings["timing/weight_sync_s"] = time.perf_counter() - t
+        self._gen_version = self.global_step if policy_version is None else int(policy_version)
         t0 = time.perf_counter()
         self._draw_count = 0
         score_time = 0.0
         timeouts_before = getattr(self.scorer, "timeouts_total", 0)
-        if self.weight_sync is not None:  # the engine samples from a separate copy (e.g. merged LoRA weights)
+        if self.weight_sync is not None and not overlapped:  # the engine samples from a separate copy (e.g. merged LoRA weights)
             self.weight_sync(self.global_step)
 
         def score(b: RolloutBatch):
@@ -340,8 +359,13 @@ class Trainer:
                 self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
-        self.generation_round += 1
-        self._round_signal = RoundSignal.of(cstats.raw_batches)
+        self.rollout_round += 1
+        signal_ = RoundSignal.of(cstats.raw_batches)
+        if overlapped:  # handed to the main thread with its round (trainer/overlap.py)
+            batch.meta["round_signal"] = signal_
+        else:
+            self.generation_round = self.rollout_round
+            self._round_signal = signal_
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
@@ -352,7 +376,7 @@ class Trainer:
             if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
                 self._assign_advantages(batch)
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        self._behaviour_logprobs(batch, timings)
+        self._behaviour_logprobs(batch, timings, overlapped=overlapped)
         self._advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
         for f in self.batch_filters:
@@ -372,19 +396,32 @@ class Trainer:
             metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
             metrics["dynamic_sampling/kept_group_frac"] = cstats.groups_kept / max(cstats.groups_seen, 1)
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
-        self._last_samples = self._sample_rows(batch)
+        if not overlapped:
+            self._last_samples = self._sample_rows(batch)
         return batch, metrics
 
-    def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float]) -> None:
+    def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float], *, overlapped: bool = False) -> None:
         """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)
-        and shape the rewards by ``−beta · KL(π_old ‖ π_ref)`` summed over tokens with ``kl_in_reward``."""
+        and shape the rewards by ``−beta · KL(π_old ‖ π_ref)`` summed over tokens with ``kl_in_reward``.
+
+        ``overlapped`` (generation in the overlap thread, ``max_async_level > 0``): the trained module has
+        moved on, so the behaviour log-probs are always the engine's (``sampler_logp``).
+
+        Raises:
+            TrainingError: ``overlapped`` and the sampler gives no ``sampler_logp``.
+        """
         cfg = self.cfg
         need_old = bool(self.schedule.needs_old_logp)
-        if self._needs_trainer_old_logp():
+        if overlapped:
+            if batch.sampler_logp is None:
+                raise TrainingError(f"max_async_level={cfg.max_async_level}: sampler {cfg.sampler!r} gives no "
+                                    "behaviour log-probs (sampler_logp)")
+            batch.old_logp = batch.sampler_logp
+        elif self._needs_trainer_old_logp():
             t = time.perf_counter()
             batch.old_logp = self._logprobs(self.model, batch)
             timings["timing/old_logprob_s"] = time.perf_counter() - t
-        if need_old and cfg.old_logprob_source == "sampler":
+        if need_old and cfg.old_logprob_source == "sampler" and not overlapped:
             batch.old_logp = batch.sampler_logp
         if self.ref_model is not None or self._ref_is_base:
             t = time.perf_counter()
@@ -394,7 +431,7 @@ class Trainer:
             if cfg.kl_in_reward:
                 kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
                 batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
-        if not need_old:
+        if not need_old and not overlapped:
             batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
 
     def _advantages(self, batch: RolloutBatch) -> None:
@@ -518,16 +555,21 @@ class Trainer:
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
-                    snap = round_snapshot(self)
-                    try:
-                        # a signal abandons the round; under torchrun the round finishes (it holds
-                        # collectives) and the ranks stop together at the next step boundary
-                        abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
-                        with abandon, rollout_progress(self):
-                            batch, gen_metrics = self.generate_batch()
-                    except _Abandon:
-                        restore_round(self, snap)
-                        raise self._interrupted(stop.requested) from None
+                    if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
+                        batch, gen_metrics = self._pipeline.next()
+                        self._round_signal = batch.meta.pop("round_signal", None)
+                        self._last_samples = self._sample_rows(batch)
+                    else:
+                        snap = round_snapshot(self)
+                        try:
+                            # a signal abandons the round; under torchrun the round finishes (it holds
+                            # collectives) and the ranks stop together at the next step boundary
+                            abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
+                            with abandon, rollout_progress(self):
+                                batch, gen_metrics = self.generate_batch()
+                        except _Abandon:
+                            restore_round(self, snap)
+                            raise self._interrupted(stop.requested) from None
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
@@ -578,6 +620,11 @@ class Trainer:
             status = "stopped (no learning signal)"
             raise
         finally:
+            if self._pipeline is not None:
+                try:
+                    self._pipeline.drain()  # no generation thread outlives train()
+                except Exception:
+                    pass
             stop.__exit__()
             logger.close()
             if hasattr(self.scorer, "close"):
@@ -670,10 +717,23 @@ class Trainer:
         if cfg.save_steps and self.global_step % cfg.save_steps == 0:
             self.save(self.output_dir / f"checkpoint-{self.global_step}")
 
+    def close(self) -> None:
+        """Release what the trainer started: the engine's server when the trainer built the engine
+        (idempotent; also runs at interpreter exit)."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+        if self._owns_engine and hasattr(self.engine, "close"):
+            self.engine.close()
+
     def save(self, path: Path, *, hf_folder: bool = False) -> Path:
         """Write a checkpoint (model as safetensors, optimizer, scheduler, loader, RNG, config); a
         ``checkpoint-N`` folder under the output dir then counts towards ``save_total_limit``. Under
-        ``torchrun`` every rank calls it (:mod:`rlvr.trainer.dist_checkpoint`); rank 0 rotates."""
+        ``torchrun`` every rank calls it (:mod:`rlvr.trainer.dist_checkpoint`); rank 0 rotates.
+
+        With overlap, the generation in flight is awaited first, so the checkpoint holds the queued
+        rounds and the loader position after them (exact resume)."""
+        if self._pipeline is not None and not hf_folder:
+            self._pipeline.drain()
         if self.dp is not None and self.dp.env.backend is not None:
             from rlvr.trainer.dist_checkpoint import save_distributed
 
