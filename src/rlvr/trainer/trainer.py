@@ -680,13 +680,13 @@ class Trainer:
             return len(batch) > 0
         return self.dp.max([float(len(batch))])[0] > 0
 
-    def _equalise_updates(self, opt_batches: list[RolloutBatch], batch: RolloutBatch) -> list[RolloutBatch]:
+    def _equalise_updates(self, opt_batches: list[OptimizerStep], batch: RolloutBatch) -> list[OptimizerStep]:
         """Pad this rank's updates with empty ones up to the most any rank has this round (every rank
         takes every optimizer step together; a rank whose groups were all filtered out contributes 0)."""
         if self.dp is None or self.world_size == 1:
             return opt_batches
         n = int(self.dp.max([len(opt_batches)])[0])
-        return list(opt_batches) + [batch.select([]) for _ in range(n - len(opt_batches))]
+        return list(opt_batches) + [OptimizerStep(batch.select([])) for _ in range(n - len(opt_batches))]
 
     def _reduce_step_metrics(self, m: dict[str, float]) -> dict[str, float]:
         """Under torchrun, one all-gather of every rank's row reduced by name
