@@ -30,7 +30,9 @@ BY_COMMAND = {
     "compare": [*MODEL, "--budget", "steps=1", "--jobs", "1"],
     "plot": [],
 }
-NOT_RLVR = {"make test", "make demo", "tensorboard --logdir runs/x/tb"}
+NOT_RLVR = {"make test", "make demo", "make vllm-env", "tensorboard --logdir runs/x/tb"}
+NEEDS_VLLM = "engine=vllm"
+"""Commands that need the separate vLLM environment: run by ``make test-vllm`` (tests/vllm), not here."""
 
 
 def _blocks(lang: str) -> list[str]:
@@ -60,7 +62,7 @@ def test_every_readme_command_runs_on_the_tiny_model(tmp_path, monkeypatch, caps
     Path("gsm8k_test.jsonl").write_text("".join(  # the README's "your copy of the GSM8K test split"
         f'{{"question": "What is {i} + {i}?", "answer": "#### {2 * i}"}}\n' for i in range(3)))
     for cmd in _commands():
-        if not cmd.startswith("rlvr "):
+        if not cmd.startswith("rlvr ") or NEEDS_VLLM in cmd:
             continue
         argv = shlex.split(cmd)[1:]
         try:

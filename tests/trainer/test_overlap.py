@@ -34,7 +34,7 @@ def _run(tmp_path, name, level, *extra, resume=None):
         orig_update = tr._update
 
         def update(ob):
-            recs[tr.global_step + 1] = {"batch": ob}
+            recs[tr.global_step + 1] = {"batch": ob.batch}  # ob: an OptimizerStep
             return orig_update(ob)
 
         tr._update = update
