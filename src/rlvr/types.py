@@ -77,6 +77,23 @@ class GenerationRequest:
     max_new_tokens: int | None = None
 
 
+def validate_requests(requests: Sequence[GenerationRequest], params: SamplingParams) -> None:
+    """The engine-independent checks of a ``generate`` call's requests (every engine runs them).
+
+    Raises:
+        ValueError: a request with empty ``context_ids``, ``n < 1``, or a ``max_new_tokens`` outside
+            ``[1, params.max_new_tokens]``; the message names the request's index.
+    """
+    for i, r in enumerate(requests):
+        if len(r.context_ids) == 0:
+            raise ValueError(f"request {i}: empty context_ids (give at least one token, e.g. BOS)")
+        if r.n < 1:
+            raise ValueError(f"request {i}: n must be >= 1, got {r.n}")
+        if r.max_new_tokens is not None and not 1 <= r.max_new_tokens <= params.max_new_tokens:
+            raise ValueError(f"request {i}: max_new_tokens must be in [1, {params.max_new_tokens}] "
+                             f"(SamplingParams.max_new_tokens), got {r.max_new_tokens}")
+
+
 @dataclass
 class Generation:
     """One sampled continuation.

@@ -35,7 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from rlvr.types import Generation, GenerationRequest, SamplingParams
+from rlvr.engines.factory import engine_eos_ids
+from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests
 
 __all__ = ["HFEngine", "sample_from_logits", "validate_sampling"]
 
@@ -385,13 +386,7 @@ class HFEngine:
             self._synced = _param_fingerprint(model)
         self.prune_patience = 8
         if eos_token_ids is None:
-            ids: set[int] = set()
-            if getattr(tokenizer, "eos_token_id", None) is not None:
-                ids.add(int(tokenizer.eos_token_id))
-            gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-            if gen_eos is not None:
-                ids.update(int(i) for i in ([gen_eos] if isinstance(gen_eos, int) else gen_eos))
-            eos_token_ids = ids
+            eos_token_ids = engine_eos_ids(model, tokenizer)
         self.eos_token_ids: set[int] = {int(i) for i in eos_token_ids}
         if not self.eos_token_ids:
             raise ValueError("HFEngine: no EOS token id (tokenizer and generation_config have none); pass eos_token_ids")
@@ -498,14 +493,7 @@ class HFEngine:
                 or invalid ``params``.
         """
         validate_sampling(params)
-        for i, r in enumerate(requests):
-            if len(r.context_ids) == 0:
-                raise ValueError(f"request {i}: empty context_ids (give at least one token, e.g. BOS)")
-            if r.n < 1:
-                raise ValueError(f"request {i}: n must be >= 1, got {r.n}")
-            if r.max_new_tokens is not None and not 1 <= r.max_new_tokens <= params.max_new_tokens:
-                raise ValueError(f"request {i}: max_new_tokens must be in [1, {params.max_new_tokens}] "
-                                 f"(SamplingParams.max_new_tokens), got {r.max_new_tokens}")
+        validate_requests(requests, params)
         results: list[list[Generation | None]] = [[None] * r.n for r in requests]
         if not requests:
             return []

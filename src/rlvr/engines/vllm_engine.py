@@ -46,7 +46,7 @@ import torch
 
 from rlvr.engines.vllm_server import VLLMServerError
 from rlvr.engines.weight_sync import ServerWeightSync, WeightTransport
-from rlvr.types import Generation, GenerationRequest, SamplingParams
+from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests
 
 __all__ = ["VLLMClient", "VLLMEngine", "request_seed", "validate_vllm_sampling"]
 
@@ -248,14 +248,7 @@ class VLLMEngine:
             VLLMServerError: the server failed a request (the message names the request index).
         """
         validate_vllm_sampling(params)
-        for i, r in enumerate(requests):
-            if len(r.context_ids) == 0:
-                raise ValueError(f"request {i}: empty context_ids (give at least one token, e.g. BOS)")
-            if r.n < 1:
-                raise ValueError(f"request {i}: n must be >= 1, got {r.n}")
-            if r.max_new_tokens is not None and not 1 <= r.max_new_tokens <= params.max_new_tokens:
-                raise ValueError(f"request {i}: max_new_tokens must be in [1, {params.max_new_tokens}] "
-                                 f"(SamplingParams.max_new_tokens), got {r.max_new_tokens}")
+        validate_requests(requests, params)
         if not requests:
             return []
         greedy = params.temperature == 0
