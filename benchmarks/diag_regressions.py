@@ -188,29 +188,34 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: str) -> None:
     ax[0, 0].set(title="μ-GRPO token ratio extremes per update index in a stage", xlabel="update index within stage (1–16)")
     ax[0, 1].set(title="clipped / vetoed token fraction", xlabel="update index within stage")
     ax[0, 2].set(title="KL(behaviour ‖ current), nats/token", xlabel="update index within stage")
+    show = ("grpo", "mu_grpo", "mu_lr3e-5", "ib_tpo", "ib_lr3e-5", "fbos_rl", "fbos_lr1e-4")
     for a in runs:
         name = a.split("/")[-1]
-        if name not in ("grpo", "mu_grpo", "ib_tpo", "fbos_rl", "mu_lr3e-5", "ib_spg1", "fbos_plainfap"):
+        if name not in show:
             continue
-        r = runs[a][0]
-        for k in grad_keys(r["metrics"]):
-            ys = [(m["step"], _f(m[k])) for m in r["metrics"] if k in m]
-            ax[1, 0].semilogy([s for s, _ in ys], [max(v, 1e-3) for _, v in ys], lw=0.8,
-                              label=f"{name} {k.split('/')[0] if k.count('/') > 1 else ''} ({r['seed']})")
-        c = [p for p in r["curve"] if "reward/mean" in p]
-        for j, (xk, axj) in enumerate((("step", ax[1, 1]), ("rollouts", ax[1, 2]))):
+        # grad norm: per step, the median over seeds of the non-zero pre-clip norms (FBOS: the EPA view;
+        # its ECC steps have gradient 0 with the default FAP), 5-point moving average
+        per_step: dict[int, list[float]] = {}
+        for r in runs[a]:
+            for m in r["metrics"]:
+                v = _f(m.get("actor/grad_norm", m.get("epa/actor/grad_norm")))
+                if v == v and v > 0:
+                    per_step.setdefault(int(m["step"]), []).append(v)
+        xs = sorted(per_step)
+        ys = [statistics.median(per_step[x]) for x in xs]
+        sm = [statistics.fmean(ys[max(0, i - 4): i + 1]) for i in range(len(ys))]
+        ax[1, 0].semilogy(xs, sm, lw=1, label=name)
+        for xk, axj in (("step", ax[1, 1]), ("rollouts", ax[1, 2])):
             per = [[p["reward/mean"] for p in rr["curve"] if "reward/mean" in p] for rr in runs[a]]
-            xs = [[p[xk] for p in rr["curve"] if "reward/mean" in p] for rr in runs[a]]
+            xs2 = [[p[xk] for p in rr["curve"] if "reward/mean" in p] for rr in runs[a]]
             n = min(len(p) for p in per)
             if n:
-                m = [statistics.fmean(p[i] for p in per) for i in range(n)]
-                k = 5
-                sm = [statistics.fmean(m[max(0, i - k + 1): i + 1]) for i in range(n)]
-                axj.plot(xs[0][:n], sm, label=name)
-        del c
+                mean = [statistics.fmean(p[i] for p in per) for i in range(n)]
+                sm2 = [statistics.fmean(mean[max(0, i - 4): i + 1]) for i in range(n)]
+                axj.plot(xs2[0][:n], sm2, label=name)
     ax[1, 0].axhline(1.0, color="k", lw=0.5)
-    ax[1, 0].set(title="pre-clip grad norm per optimizer step (seed 0; clip at 1)", xlabel="optimizer step")
-    ax[1, 1].set(title="training reward (mean over seeds, 5-pt MA) vs optimizer steps", xlabel="step")
+    ax[1, 0].set(title="pre-clip grad norm (seed median, 5-pt MA)", xlabel="optimizer step")
+    ax[1, 1].set(title="train reward (seed mean, 5-pt MA; FBOS incl. FAP rows)", xlabel="optimizer step")
     ax[1, 2].set(title="training reward vs rollouts", xlabel="rollouts")
     for a_ in ax.flat:
         a_.legend(fontsize=6)
