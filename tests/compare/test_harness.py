@@ -238,3 +238,38 @@ def test_curve_values_fall_back_to_per_phase_metrics():
     assert v["reward/mean"] == 0.5 and v["actor/entropy"] == 1.5
     assert "actor/grad_norm" not in v  # only non-finite phase values
     assert v["actor/clip_ratio/region"] == 0.1  # the unprefixed key wins
+
+
+def test_curve_values_take_the_primary_phase_and_keep_the_others():
+    """FBOS-RL's alternate mode logs its EPA and ECC steps as separate rows; with the schedule's primary
+    phase the bare keys (and so the run summary) come from EPA only, ECC's values stay under ``ecc/``.
+    Averaged, the FAP-context entropy inflated the summary entropy and ECC's zero gradient halved the
+    grad norm (docs/results/replication.md §1.4)."""
+    from rlvr.compare.harness import curve_values
+
+    epa = {"reward/mean": 0.25, "epa/actor/entropy": 0.4, "epa/actor/grad_norm": 1.2}
+    ecc = {"ecc/actor/entropy": 1.1, "ecc/actor/grad_norm": 0.0}
+    a, b = curve_values(epa, "epa"), curve_values(ecc, "epa")
+    assert a == {"reward/mean": 0.25, "actor/entropy": 0.4, "actor/grad_norm": 1.2}
+    assert b == {"ecc/actor/entropy": 1.1, "ecc/actor/grad_norm": 0.0}
+    s = curve_summary([a, b])
+    assert s["entropy/final"] == pytest.approx(0.4) and s["grad_norm/mean"] == pytest.approx(1.2)
+    # without a primary phase (schedules that do not name one) the phases are averaged, as before
+    assert curve_values({**epa, **ecc})["actor/entropy"] == pytest.approx(0.75)
+
+
+def test_fbos_arm_summary_uses_the_epa_phase(tmp_path, tiny):
+    """End to end: an FBOS-RL arm's curve and summary entropy / grad norm are its EPA steps' values."""
+    mf, tf = _factories(tiny)
+    arm = "fb=grpo sampler=feedback schedule=fbos adv_estimator=fbos"
+    spec = _spec(tmp_path, "steps=4", arms=(arm,), seeds=(0,))
+    (r,) = run_compare(spec, model_factory=mf, task_factory=tf, log=lambda m: None, report=False)
+    run = tmp_path / "cmp" / "fb" / "seed0"
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    epa_g = [m["epa/actor/grad_norm"] for m in logged if "epa/actor/grad_norm" in m]
+    epa_h = [m["epa/actor/entropy"] for m in logged if "epa/actor/entropy" in m]
+    assert len(epa_g) == 2 and any("ecc/actor/grad_norm" in m for m in logged)
+    curve = [json.loads(x) for x in (run / "curve.jsonl").read_text().splitlines()]
+    assert [c["actor/entropy"] for c in curve if "actor/entropy" in c] == pytest.approx(epa_h)
+    assert any("ecc/actor/entropy" in c for c in curve)
+    assert r["grad_norm/mean"] == pytest.approx(sum(epa_g) / len(epa_g))

@@ -254,3 +254,10 @@ def test_positive_only_epa_view_drops_negative_feedback_guided_rows(tmp_path, ti
     kept = [float(a) for a, k in zip(epa.batch.advantages, epa.batch.context_kind) if k == KIND_ORIGINAL_OFFPOLICY]
     assert kept and all(a > 0 for a in kept)
     assert len(ecc) == sum(k == KIND_FEEDBACK for k in batch.context_kind)
+
+
+def test_primary_phase_names_the_update_on_the_original_prompt(tmp_path):
+    from rlvr.schedules.fbos import AlternatingViews
+
+    assert AlternatingViews(small_config(tmp_path, *FBOS)).primary_phase == "epa"
+    assert AlternatingViews(small_config(tmp_path, *FBOS, "fbos.combine_mode=joint")).primary_phase == "joint"

@@ -321,19 +321,36 @@ CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", 
               "actor/clip_ratio/region", "completions/mean_length", "staleness/mean")
 
 
-def curve_values(metrics: dict[str, Any]) -> dict[str, float]:
-    """The :data:`CURVE_KEYS` of one logged step. A key a schedule logs only per phase (FBOS-RL's
-    ``epa/actor/entropy`` and ``ecc/actor/entropy``) is the mean of its finite phase values."""
+def curve_values(metrics: dict[str, Any], primary_phase: str | None = None) -> dict[str, float]:
+    """The :data:`CURVE_KEYS` of one logged step.
+
+    A key a schedule logs only per phase (FBOS-RL's alternate mode logs ``epa/actor/entropy`` on its EPA
+    step and ``ecc/actor/entropy`` on its ECC step):
+
+    * ``primary_phase`` given (the schedule's ``primary_phase``, e.g. ``"epa"``): the bare key takes that
+      phase's value only, and every other phase's value is kept under its own prefixed name
+      (``ecc/actor/entropy``). Interpretation, because averaging mixes unlike quantities: the ECC step's
+      entropy is measured on the feedback-augmented prompt, not on the task's prompt, and its gradient is
+      exactly 0 when no FAP rollout passes — averaged in, they inflate the entropy and halve the grad
+      norm of the run summary (measured on the testbed: entropy 0.88 instead of 0.38, grad norm 0.59
+      instead of 1.2; docs/results/replication.md §1.4).
+    * no ``primary_phase``: the mean of the finite phase values.
+    """
     out: dict[str, float] = {}
     for k in CURVE_KEYS:
         v = metrics.get(k)
         if isinstance(v, (int, float)) and math.isfinite(v):
             out[k] = float(v)
             continue
-        phased = [float(x) for name, x in metrics.items()
-                  if name.endswith("/" + k) and isinstance(x, (int, float)) and math.isfinite(x)]
-        if phased:
-            out[k] = sum(phased) / len(phased)
+        phased = {name[: -len(k) - 1]: float(x) for name, x in metrics.items()
+                  if name.endswith("/" + k) and isinstance(x, (int, float)) and math.isfinite(x)}
+        if not phased:
+            continue
+        if primary_phase is None:
+            out[k] = sum(phased.values()) / len(phased)
+            continue
+        for phase, x in phased.items():
+            out[k if phase == primary_phase else f"{phase}/{k}"] = x
     return out
 
 
@@ -378,7 +395,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     def record(tr: Any, m: dict[str, float]) -> None:
         row = {"step": tr.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
                "wall_s": round(time.perf_counter() - t0, 3)}
-        row.update(curve_values(m))
+        row.update(curve_values(m, getattr(tr.schedule, "primary_phase", None)))
         curve_f.write(json.dumps(row) + "\n")
         curve_f.flush()
 

@@ -96,6 +96,10 @@ class Schedule(Protocol):
     Attributes:
         needs_old_logp: the prepared batch must carry behaviour log-probs ``old_logp`` (some rows are
             trained after the policy has moved); the trainer's preparation path computes them.
+
+    Optional attribute (read with ``getattr``): ``primary_phase`` — for a schedule whose steps carry a
+    ``phase`` prefix, the phase whose ``actor/*`` metrics stand for the run in summaries
+    (:func:`rlvr.compare.harness.curve_values`); absent or ``None``: phases are averaged.
     """
 
     needs_old_logp: bool

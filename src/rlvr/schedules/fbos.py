@@ -66,6 +66,14 @@ class AlternatingViews:
 
     needs_old_logp = True  # the second view's step runs after the first moved the policy (spec §2.9)
 
+    @property
+    def primary_phase(self) -> str:
+        """The phase whose ``actor/*`` metrics stand for the run's in summaries (``rlvr compare``):
+        ``"epa"`` in alternate mode — the update on the task's own prompt ``x``; the ECC step's entropy is
+        on the FAP context and its gradient is 0 when no FAP rollout passes — and ``"joint"`` in joint
+        mode (its only phase)."""
+        return "joint" if self.fbos.combine_mode == "joint" else "epa"
+
     # ----------------------------------------------------------------------------- helpers
     def loss_inputs(self, batch: RolloutBatch) -> dict[str, Any]:
         """Inputs of ``POLICY_LOSSES["fbos_epa"]`` for ``batch``: ``is_offpolicy`` ``[N]`` from the rows'
