@@ -220,7 +220,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: str) -> None:
     for a_ in ax.flat:
         a_.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
 
 
 def main(argv: list[str] | None = None) -> int:
