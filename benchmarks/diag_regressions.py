@@ -65,9 +65,16 @@ def col(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [_f(r[key]) for r in rows if key in r and _f(r[key]) == _f(r[key])]
 
 
+def primary_key(rows: list[dict[str, Any]], key: str) -> str:
+    """``key`` itself, or FBOS-RL's EPA-phase ``epa/<key>`` when only phased values were logged (the
+    update on the task's own prompt; the ECC phase is on the FAP context — reported separately)."""
+    if any(key in r for r in rows):
+        return key
+    return f"epa/{key}" if any(f"epa/{key}" in r for r in rows) else key
+
+
 def grad_keys(rows: list[dict[str, Any]]) -> list[str]:
-    ks = sorted({k for r in rows for k in r if k.endswith("actor/grad_norm")})
-    return ks or ["actor/grad_norm"]
+    return [primary_key(rows, "actor/grad_norm")]
 
 
 def arm_table(runs: dict[str, list[dict[str, Any]]], baseline: float) -> list[dict[str, Any]]:
@@ -77,10 +84,10 @@ def arm_table(runs: dict[str, list[dict[str, Any]]], baseline: float) -> list[di
         for r in rs:
             gs = [g for k in grad_keys(r["metrics"]) for g in col(r["metrics"], k)]
             gs = [g for g in gs if g > 0]  # a zero gradient = a step with no signal (all groups zero-variance)
-            g_all.append(statistics.fmean(gs) if gs else math.nan)
+            g_all.append(statistics.fmean(gs) if gs else math.nan)  # FBOS-RL: EPA steps only
             clipped.append(sum(g > 1.0 for g in gs) / len(gs) if gs else math.nan)
-            ents = [e for k in sorted({k for m in r["metrics"] for k in m if k.endswith("actor/entropy")})
-                    for e in col(r["metrics"][-8:], k)]
+            k_ent = primary_key(r["metrics"], "actor/entropy")
+            ents = col([m for m in r["metrics"] if k_ent in m][-8:], k_ent)
             ent_all.append(statistics.fmean(ents) if ents else math.nan)
         res = [r["result"] for r in rs]
         p1 = [_f(x.get("eval/pass@1")) for x in res]
