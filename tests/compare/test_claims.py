@@ -87,3 +87,15 @@ def test_curve_points_per_level_pass_at_k_and_claims_table(tmp_path, tiny):
     claims.write_text(json.dumps({"claims": [{"paper": "X", "claim": "no metric", "compare": "x", "arm": "a"}]}))
     with pytest.raises(ConfigError, match="no metric"):
         ClaimsFile.load(claims)
+
+
+def test_times_rule_and_curve_value_at_x():
+    from rlvr.compare.claims import at_x
+
+    ref = [1.0, 1.0, 1.0]
+    assert verdict(_c("higher", times=1.4), [1.5, 1.5, 1.5], ref)["reproduced"] is True
+    assert verdict(_c("higher", times=1.4), [1.3, 1.3, 1.3], ref)["reproduced"] is False
+    curve = [{"step": 8, "eval/pass@1": 0.2}, {"step": 9, "reward/mean": 1.0}, {"step": 16, "eval/pass@1": 0.4}]
+    assert at_x(curve, "eval/pass@1", "step", 12) == pytest.approx(0.3)
+    assert at_x(curve, "eval/pass@1", "step", 8) == pytest.approx(0.2)
+    assert math.isnan(at_x(curve, "eval/pass@1", "step", 20))

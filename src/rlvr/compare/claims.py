@@ -25,7 +25,7 @@ Rules (issue 17 §3):
 * per arm, the per-seed values of the metric give a mean and a **two-sided 95 % Student-t
   interval** ``mean ± t_{0.975, n−1} · s / √n`` (:func:`t_interval`);
 * ``higher`` / ``lower``: reproduced only when the arm's interval lies entirely above / below the
-  reference arm's mean;
+  reference arm's mean (``higher`` with ``times`` t: above ``t ×`` the reference mean, e.g. "≥ 1.4×");
 * ``match`` ("matches GRPO"): reproduced when the reference mean lies inside the arm's interval
   *and* that interval is narrower than ``± tolerance`` (default 0.05), so a claim of equality is not
   "reproduced" merely because the seeds are too noisy to tell;
@@ -129,12 +129,28 @@ METRICS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]]], float]] = {
 ``hard/*`` averages testbed v2's hard levels 9 and 10."""
 
 
+def at_x(curve: list[dict[str, Any]], key: str, xkey: str, x: float) -> float:
+    """``key`` (e.g. ``eval/pass@1``) linearly interpolated at ``xkey == x`` (``step``, ``rollouts``,
+    ``tokens``, ``wall_s``) from the curve rows that hold ``key``; NaN outside the logged range."""
+    pts = sorted((float(r[xkey]), float(r[key])) for r in curve if key in r and xkey in r)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[0][1] if pts and pts[0][0] == x else math.nan
+
+
 def run_metric(run_dir: Path, metric: str) -> float:
-    """One run's value of ``metric`` (NaN when the run or the key is missing)."""
+    """One run's value of ``metric`` (NaN when the run or the key is missing). Besides
+    :data:`METRICS` and ``result.json`` keys, ``KEY@XKEY=X`` reads a curve key at an x value
+    (:func:`at_x`), e.g. ``eval/pass@1@step=32``: held-out pass@1 after 32 optimizer updates."""
     p = run_dir / "result.json"
     if not p.exists():
         return math.nan
     result = json.loads(p.read_text())
+    if "=" in metric:
+        head, _, x = metric.rpartition("=")
+        key, _, xkey = head.rpartition("@")
+        return at_x(read_curve(run_dir), key, xkey, float(x))
     if metric in METRICS:
         return float(METRICS[metric](result, read_curve(run_dir)))
     v = result.get(metric)
@@ -164,6 +180,7 @@ class Claim:
     ref_compare: str | None = None
     tolerance: float = 0.05
     factor: float = 1.5
+    times: float = 1.0
     lo: float | None = None
     hi: float | None = None
     note: str = ""
@@ -193,7 +210,9 @@ def verdict(claim: Claim, arm_vals: Sequence[float], ref_vals: Sequence[float]) 
     lo, hi = m - h, m + h
     d = claim.direction
     if d == "higher":
-        ok, rule = lo > rm, f"CI low {lo:.3f} > ref mean {rm:.3f}"
+        t = claim.times
+        ok = lo > t * rm
+        rule = f"CI low {lo:.3f} > ref mean {rm:.3f}" if t == 1 else f"CI low {lo:.3f} > {t:g} × ref mean {rm:.3f}"
     elif d == "lower":
         ok, rule = hi < rm, f"CI high {hi:.3f} < ref mean {rm:.3f}"
     elif d == "match":
