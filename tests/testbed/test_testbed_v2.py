@@ -150,3 +150,20 @@ def test_micro2_pretrains_and_level_table_reports_pass_at_k_and_rescue():
     assert "| 2 | 3 |" in markdown_table(rows)
     with pytest.raises(ValueError):
         level_table(model, tok, [2], samples=4, ks=(8,))
+
+
+def test_v2_two_half_loss_equals_the_one_pass_token_mean_and_its_gradient():
+    import torch
+
+    from rlvr.testbed.model import _batch, _v2_loss, build_model
+
+    spec = PRESETS["micro2"]
+    tok = build_tokenizer(v2=True)
+    model = build_model(spec, tok)
+    ids, lab = _batch(random.Random(0), dataclasses.replace(spec, batch_size=6), tok)
+    full = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab).loss
+    g_full = torch.autograd.grad(full, model.model.embed_tokens.weight)[0]
+    model.zero_grad()
+    halves = _v2_loss(model, ids, lab, tok.pad_token_id)
+    assert float(halves) == pytest.approx(float(full), rel=1e-5)
+    assert torch.allclose(model.model.embed_tokens.weight.grad, g_full, atol=1e-6)
