@@ -113,14 +113,14 @@ PRESETS: dict[str, TestbedSpec] = {
     "small": TestbedSpec(),
     "micro": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                          max_level=4),
-    "v2": TestbedSpec(steps=500, max_level=8, hard_max_level=10, hard_noise=0.45, chain_steps=2, feedback_frac=0.3,
+    "v2": TestbedSpec(steps=1000, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
                       feedback_noise=0.1),
     "micro2": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                           max_level=4, hard_max_level=5, hard_noise=0.45, chain_steps=2, feedback_frac=0.3,
                           feedback_noise=0.1),
 }
 """Named specs: ``small`` (v1, 0.33 M parameters, ~100 s of pre-training on 2 cores), ``micro`` (tests),
-``v2`` (testbed v2, issue 17 §2: chains, hard levels 9–10, corrections; ``docs/testbed.md``) and
+``v2`` (testbed v2, issue 17 §2: chains, hard levels 7–8, corrections; ``docs/testbed.md``) and
 ``micro2`` (v2 features at test size)."""
 
 
