@@ -212,16 +212,22 @@ def verdict(claim: Claim, arm_vals: Sequence[float], ref_vals: Sequence[float]) 
     if d == "higher":
         t = claim.times
         ok = lo > t * rm
-        rule = f"CI low {lo:.3f} > ref mean {rm:.3f}" if t == 1 else f"CI low {lo:.3f} > {t:g} × ref mean {rm:.3f}"
+        ref = f"ref mean {rm:.3f}" if t == 1 else f"{t:g} × ref mean {rm:.3f}"
+        rule = f"CI low {lo:.3f} {'>' if ok else '≤'} {ref}"
     elif d == "lower":
-        ok, rule = hi < rm, f"CI high {hi:.3f} < ref mean {rm:.3f}"
+        ok = hi < rm
+        rule = f"CI high {hi:.3f} {'<' if ok else '≥'} ref mean {rm:.3f}"
     elif d == "match":
-        ok = lo <= rm <= hi and h <= claim.tolerance
-        rule = f"ref mean {rm:.3f} in [{lo:.3f}, {hi:.3f}] and half-width {h:.3f} ≤ {claim.tolerance}"
+        inside, narrow = lo <= rm <= hi, h <= claim.tolerance
+        ok = inside and narrow
+        rule = (f"ref mean {rm:.3f} {'in' if inside else 'outside'} [{lo:.3f}, {hi:.3f}], half-width {h:.3f} "
+                f"{'≤' if narrow else '>'} {claim.tolerance}")
     elif d == "faster":
-        ok, rule = hi < rm / claim.factor, f"CI high {hi:.2f} s < ref mean / {claim.factor} = {rm / claim.factor:.2f} s"
+        ok = hi < rm / claim.factor
+        rule = f"CI high {hi:.2f} s {'<' if ok else '≥'} ref mean / {claim.factor:g} = {rm / claim.factor:.2f} s"
     else:
-        ok, rule = claim.lo <= lo and hi <= claim.hi, f"CI [{lo:.3f}, {hi:.3f}] inside [{claim.lo}, {claim.hi}]"
+        ok = claim.lo <= lo and hi <= claim.hi
+        rule = f"CI [{lo:.3f}, {hi:.3f}] {'inside' if ok else 'not inside'} [{claim.lo:g}, {claim.hi:g}]"
     out.update(reproduced=bool(ok), rule=rule)
     return out
 
