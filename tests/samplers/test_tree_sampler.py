@@ -196,6 +196,20 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
     assert m["ib/H_mean"] == pytest.approx(1.0)  # every log-prob is −1
 
 
+def test_batch_reports_decoded_tokens_once_for_the_budget_meter():
+    """Leaf rows repeat shared prefixes: the batch says how many tokens were really decoded, and
+    rlvr compare's meter charges that (not the sum of the rows' masks, which counts prefixes per leaf)."""
+    from rlvr.compare.harness import generated_counts
+
+    s = make_sampler(EqualCostEngine(5, 40), cap=40, budget=12 * 40, branch_score="random", branches_per_round=2,
+                     seed=1, scorer=CoinScorer(1))
+    batch = s.sample(PROBLEMS[:2], 8, PARAMS)
+    decoded = sum(t.tokens_decode + t.tokens_discarded for t in s.last_trees)
+    assert any(t.branches for t in s.last_trees)
+    assert batch.meta["generated_tokens"] == decoded < int(batch.completion_mask.sum())
+    assert generated_counts(batch) == (len(batch), decoded)
+
+
 # ---------------------------------------------------------------------------------------------- tiny model
 def _tree_trainer(tmp_path, tiny, task, *extra):
     from rlvr.trainer.trainer import Trainer

@@ -136,6 +136,13 @@ class CompareSpec:
             ``eval_limit`` problems of the eval split with ``eval_num_samples`` samples each).
         eval_baseline: also evaluate the untrained policy (the first arm's run config, per seed) the
             same way; the report shows it as the row ``initial`` (before → after at a glance).
+        eval_curve_points: with ``n > 1``, also evaluate held-out pass@k during training each time the
+            run has spent another ``1/n`` of its budget (``n − 1`` mid-run evaluations; the last point is
+            the final evaluation). They land in ``curve.jsonl`` as ``eval/pass@k`` next to the step,
+            rollout, token and wall-clock counters, so learning speed can be read on held-out problems
+            (training reward is not comparable across samplers: FBOS-RL's feedback rows, UEC-RL's
+            exploration rows and IB-TPO's branched leaves all sample other distributions). Evaluation
+            time is left out of ``wall_s``.
         max_steps_cap: safety cap on optimizer steps for rollout/token budgets.
         max_idle_draws: a run ends (stop reason "stalled") after this many sampler draws in a row
             without an optimizer update.
@@ -152,6 +159,7 @@ class CompareSpec:
     eval_ks: list[int] = field(default_factory=lambda: [1, 8])
     eval_limit: int | None = 64
     eval_baseline: bool = False
+    eval_curve_points: int = 0
     max_steps_cap: int = 100_000
     max_idle_draws: int = 100
 
@@ -201,9 +209,9 @@ class CompareSpec:
             else:
                 raise ConfigError(f"compare spec: an arm must be a string or a mapping, got {a!r}")
         ev = d.get("eval") or {}
-        if not isinstance(ev, dict) or set(ev) - {"num_samples", "ks", "limit", "baseline"}:
-            raise ConfigError(f"compare spec: eval must be a mapping with keys num_samples, ks, limit, baseline; "
-                              f"got {ev!r}")
+        if not isinstance(ev, dict) or set(ev) - {"num_samples", "ks", "limit", "baseline", "curve_points"}:
+            raise ConfigError(f"compare spec: eval must be a mapping with keys num_samples, ks, limit, baseline, "
+                              f"curve_points; got {ev!r}")
         seeds = d.get("seeds", [0])
         seeds = [seeds] if isinstance(seeds, int) else seeds
         if not isinstance(seeds, list) or not all(isinstance(x, int) for x in seeds):
@@ -216,7 +224,7 @@ class CompareSpec:
             common_configs=list(d.get("common_configs", [])),
             common=[str(o) for o in d.get("common", [])], eval_num_samples=int(ev.get("num_samples", 8)),
             eval_ks=[int(k) for k in ev.get("ks", [1, 8])], eval_limit=ev.get("limit", 64),
-            eval_baseline=bool(ev.get("baseline", False)),
+            eval_baseline=bool(ev.get("baseline", False)), eval_curve_points=int(ev.get("curve_points", 0)),
             max_steps_cap=int(d.get("max_steps_cap", 100_000)), max_idle_draws=int(d.get("max_idle_draws", 100)),
         )
 
@@ -231,7 +239,8 @@ class CompareSpec:
             "base_configs": self.base_configs, "common_configs": self.common_configs, "common": self.common,
             "arms": [{"name": a.name, "config": a.configs, "overrides": a.overrides} for a in self.arms],
             "eval": {"num_samples": self.eval_num_samples, "ks": self.eval_ks, "limit": self.eval_limit,
-                     "baseline": self.eval_baseline},
+                     "baseline": self.eval_baseline, **({"curve_points": self.eval_curve_points}
+                                                        if self.eval_curve_points else {})},
             "max_steps_cap": self.max_steps_cap,
         }
 
@@ -312,9 +321,14 @@ class BudgetMeter:
 def generated_counts(batch: Any, view_only_kinds: tuple[str, ...] = ()) -> tuple[int, int]:
     """``(sequences, tokens)`` a sampler generated for ``batch``: rows whose ``context_kind`` is in
     ``view_only_kinds`` repeat another row's tokens under a second context (FBOS-RL's ECC view) and are
-    not counted again."""
+    not counted again. A sampler whose rows share generated prefixes (IB-TPO's tree: each leaf row holds
+    its whole root-to-leaf path) reports the tokens it actually decoded in ``meta["generated_tokens"]``,
+    which then wins over the sum of the rows' completion masks (that sum would charge each shared
+    prefix once per leaf, and an equal-token budget would then be unfair to the tree)."""
     rows = batch.generated_rows(view_only_kinds)
-    return len(rows), int(batch.completion_mask[rows].sum())
+    decoded = (getattr(batch, "meta", None) or {}).get("generated_tokens")
+    toks = int(decoded) if decoded is not None else int(batch.completion_mask[rows].sum())
+    return len(rows), toks
 
 
 CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", "actor/entropy", "actor/grad_norm",
@@ -391,11 +405,26 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     curve_path = run_dir / "curve.jsonl"
     t0 = time.perf_counter()
     curve_f = open(curve_path, "w")
+    paused = [0.0]  # seconds spent in mid-run evaluations (left out of wall_s)
+    next_point = [1]
+
+    def spent() -> float:
+        b = spec.budget
+        used = {"steps": trainer.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens}[b.kind]
+        return used / b.amount
 
     def record(tr: Any, m: dict[str, float]) -> None:
         row = {"step": tr.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
-               "wall_s": round(time.perf_counter() - t0, 3)}
+               "wall_s": round(time.perf_counter() - t0 - paused[0], 3)}
         row.update(curve_values(m, getattr(tr.schedule, "primary_phase", None)))
+        n = spec.eval_curve_points
+        if n > 1 and next_point[0] < n and spent() >= next_point[0] / n:
+            while next_point[0] < n and spent() >= next_point[0] / n:
+                next_point[0] += 1
+            te, was_training = time.perf_counter(), tr.model.training
+            row.update(_eval_keys(_held_out_eval(spec, cfg, tr.model, tok, task), task))
+            tr.model.train(was_training)
+            paused[0] += time.perf_counter() - te
         curve_f.write(json.dumps(row) + "\n")
         curve_f.flush()
 
@@ -410,16 +439,19 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     finally:
         curve_f.close()
         trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 - paused[0]
     log(f"compare: {arm.name} seed {seed}: {trainer.global_step} steps, {meter.rollouts} rollouts, "
         f"{meter.tokens} tokens, {wall:.1f} s ({stop})")
-    ev = _held_out_eval(spec, cfg, trainer.model, tok, task)
+    ev = _eval_keys(_held_out_eval(spec, cfg, trainer.model, tok, task), task)
+    if spec.eval_curve_points > 1:  # the final evaluation closes the held-out learning curve
+        with open(curve_path, "a") as f:
+            f.write(json.dumps({"step": trainer.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
+                                "wall_s": round(wall, 3), **ev}) + "\n")
     curve = read_curve(run_dir)
     result = {
         "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
         "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop,
-        **curve_summary(curve),
-        **{f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)},
+        **curve_summary(curve), **ev,
     }
     _atomic_json(run_dir / "result.json", result)
     return result
@@ -496,6 +528,31 @@ def _held_out_eval(spec: CompareSpec, cfg: Any, model: Any, tok: Any, task: Any)
     )
 
 
+def _eval_keys(ev: dict[str, Any], task: Any) -> dict[str, float]:
+    """The ``eval/*`` keys a run records from one evaluation: ``eval/pass@k``, ``eval/reward/mean`` and,
+    when the eval problems carry ``metadata["level"]`` (the testbed), ``eval/level<L>/pass@k`` per level
+    (unbiased pass@k over that level's problems, from ``per_problem`` correct counts)."""
+    from rlvr.core.pass_at_k import pass_at_k
+
+    out = {f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)}
+    ks = sorted(int(k.split("@")[1]) for k in ev if k.startswith("pass@") and k.split("@")[1].isdigit())
+    try:
+        level_of = {p.uid: p.metadata.get("level") for p in task.problems("eval")}
+    except Exception:  # noqa: BLE001 - a task without an eval split or metadata: no per-level keys
+        return out
+    per: dict[Any, list[tuple[int, int]]] = {}
+    for rec in ev.get("per_problem") or []:
+        lv = level_of.get(rec.get("uid"))
+        if lv is not None and "correct" in rec and "n" in rec:
+            per.setdefault(lv, []).append((int(rec["n"]), int(rec["correct"])))
+    for lv, rows in sorted(per.items()):
+        for k in ks:
+            ok = [pass_at_k(n, c, k) for n, c in rows if k <= n]
+            if ok:
+                out[f"eval/level{lv}/pass@{k}"] = sum(ok) / len(ok)
+    return out
+
+
 def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,
                  task_factory: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Evaluate the untrained policy of the first arm's run config (``seed``) like every trained run,
@@ -503,9 +560,8 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     run_dir = Path(spec.output_dir) / BASELINE / f"seed{seed}"
     cfg = spec.run_config(spec.arms[0], seed, run_dir)
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
-    ev = _held_out_eval(spec, cfg, model, tok, task)
-    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0,
-              **{f"eval/{k}": v for k, v in ev.items() if k.startswith("pass@") or k in ("reward/mean",)}}
+    ev = _eval_keys(_held_out_eval(spec, cfg, model, tok, task), task)
+    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0, **ev}
     run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_json(run_dir / "result.json", result)
     return result

@@ -360,6 +360,9 @@ class IBTreeSampler:
         batch.meta["variable_group_sizes"] = True
         batch.meta["tree_index"] = [dataclasses.asdict(i) for i in index]
         batch.meta["metrics"] = self._metrics(trees)
+        # decoded tokens, counted once: a leaf row repeats its shared prefix, so summing the rows'
+        # completion masks would charge every branch point again (read by rlvr.compare's budget meter)
+        batch.meta["generated_tokens"] = int(sum(t.tokens_decode + t.tokens_discarded for t in trees))
         return batch
 
     def _metrics(self, trees: Sequence[PromptTree]) -> dict[str, float]:

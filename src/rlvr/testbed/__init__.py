@@ -10,10 +10,11 @@ from rlvr.models import MODEL_SOURCES
 from rlvr.tasks import TASK_TYPES
 
 from rlvr.testbed.model import PRESETS, TestbedSpec, build_tokenizer, ensure_testbed_model, parse_spec, pretrain
-from rlvr.testbed.task import OPS, TestbedTask, make_example, testbed_task_from_config
+from rlvr.testbed.mixture import FAP_TEMPLATE
+from rlvr.testbed.task import OPS, TestbedTask, chain_answer, make_example, testbed_task_from_config
 
 MODEL_SOURCES.register("testbed")(lambda name, cache_dir=None: ensure_testbed_model(name, cache_dir))
 TASK_TYPES.register("testbed")(testbed_task_from_config)
 
-__all__ = ["OPS", "PRESETS", "TestbedSpec", "TestbedTask", "build_tokenizer", "ensure_testbed_model", "make_example",
+__all__ = ["FAP_TEMPLATE", "OPS", "PRESETS", "chain_answer", "TestbedSpec", "TestbedTask", "build_tokenizer", "ensure_testbed_model", "make_example",
            "parse_spec", "pretrain"]

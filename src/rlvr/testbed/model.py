@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from rlvr.testbed.mixture import V2_CHARS, v2_example
 from rlvr.testbed.task import ALPHABET, OPS, make_example
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -60,6 +61,12 @@ class TestbedSpec:
         ops: op codes of the pre-training mixture.
         noise: per-letter probability of replacing an answer letter by a random letter.
         seed: seed of the weight init and of the data stream.
+        chain_steps, hard_max_level, hard_noise, feedback_frac, attempt_noise, feedback_noise:
+            testbed v2 (issue 17 §2; :mod:`rlvr.testbed.mixture`): chains of up to ``chain_steps``
+            ops, levels ``max_level+1..hard_max_level`` with noise ``hard_noise``, and a fraction
+            ``feedback_frac`` of correction sequences (attempts with letter noise ``attempt_noise``,
+            corrected answers with ``feedback_noise``). At their defaults the spec is v1: same
+            data stream, same tokenizer, same cache key.
     """
 
     hidden_size: int = 96
@@ -73,21 +80,48 @@ class TestbedSpec:
     ops: str = "RC"
     noise: float = 0.08
     seed: int = 0
+    chain_steps: int = 1
+    hard_max_level: int = 0
+    hard_noise: float = 0.0
+    feedback_frac: float = 0.0
+    attempt_noise: float = 0.3
+    feedback_noise: float = 0.0
 
     __test__ = False
 
+    @property
+    def is_v2(self) -> bool:
+        """True when any v2 feature is on (v2 data mixture and vocabulary)."""
+        return self.chain_steps > 1 or self.hard_max_level > self.max_level or self.feedback_frac > 0
+
     def key(self) -> str:
-        """Short stable hash of every field (the cache folder name depends on it)."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        """Short stable hash of every field (the cache folder name depends on it). v2 fields at
+        their defaults are left out, so a v1 spec keeps the hash (and cache folder) it had before v2."""
+        d = dataclasses.asdict(self)
+        for f in _V2_FIELDS:
+            if d[f.name] == f.default:
+                del d[f.name]
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:10]
+
+
+_V2_FIELDS = [f for f in dataclasses.fields(TestbedSpec) if f.name in
+              ("chain_steps", "hard_max_level", "hard_noise", "feedback_frac", "attempt_noise", "feedback_noise")]
 
 
 PRESETS: dict[str, TestbedSpec] = {
     "small": TestbedSpec(),
     "micro": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                          max_level=4),
+    "v2": TestbedSpec(steps=1000, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
+                      feedback_noise=0.1),
+    "micro2": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
+                          max_level=4, hard_max_level=5, hard_noise=0.45, chain_steps=2, feedback_frac=0.3,
+                          feedback_noise=0.1),
 }
-"""Named specs: ``small`` (~0.8 M parameters, ~1 min of pre-training on 2 cores) and ``micro`` (tests)."""
+"""Named specs: ``small`` (v1, 0.33 M parameters, ~100 s of pre-training on 2 cores), ``micro`` (tests),
+``v2`` (testbed v2, issue 17 §2: chains, hard levels 7–8, corrections; ``docs/testbed.md``) and
+``micro2`` (v2 features at test size)."""
 
 
 def parse_spec(name: str) -> tuple[str, TestbedSpec]:
@@ -111,14 +145,15 @@ def parse_spec(name: str) -> tuple[str, TestbedSpec]:
     return preset, spec
 
 
-def build_tokenizer() -> Any:
-    """Character-level ``PreTrainedTokenizerFast``: one token per character of :data:`CHARS`, plus
+def build_tokenizer(v2: bool = False) -> Any:
+    """Character-level ``PreTrainedTokenizerFast``: one token per character of :data:`CHARS` (and,
+    with ``v2``, of :data:`rlvr.testbed.mixture.V2_CHARS` after them: digits, ``!``, ``|``), plus
     ``<|endoftext|>`` (0, unk), ``<|im_start|>`` (1, bos), ``<|im_end|>`` (2, eos and pad); decoding
     joins characters without spaces. Deterministic; no file, no training."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(CHARS))}
+    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(CHARS) + (list(V2_CHARS) if v2 else []))}
     tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
     tk.add_special_tokens(list(SPECIALS))
     tk.decoder = decoders.Fuse()
@@ -158,9 +193,13 @@ def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tenso
     """``(input_ids [B, L], labels [B, L])``: labels are -100 except on the answer letters and EOS."""
     rows, labels = [], []
     for _ in range(spec.batch_size):
-        q, a = make_example(rng, rng.randint(1, spec.max_level), spec.ops)
-        a = "".join(rng.choice(ALPHABET) if rng.random() < spec.noise else c for c in a)
-        prompt = tok(f"<|im_start|>{q}=", add_special_tokens=False)["input_ids"]
+        if spec.is_v2:
+            p, a = v2_example(rng, spec)
+        else:
+            q, a = make_example(rng, rng.randint(1, spec.max_level), spec.ops)
+            a = "".join(rng.choice(ALPHABET) if rng.random() < spec.noise else c for c in a)
+            p = f"{q}="
+        prompt = tok(f"<|im_start|>{p}", add_special_tokens=False)["input_ids"]
         ans = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         rows.append(prompt + ans)
         labels.append([-100] * len(prompt) + ans)
@@ -173,6 +212,29 @@ def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tenso
     return ids, lab
 
 
+def _v2_loss(model: Any, ids: torch.Tensor, lab: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Token-mean next-token loss of a v2 batch, computed (and back-propagated) in two halves of
+    rows sorted by length, each cut to its own width: v2 rows range from ~5 to ~60 tokens, and one
+    padded forward would spend most of its time on padding. Equal to the one-pass token mean
+    (each half is weighted by its share of label tokens). Returns the loss (already backward-ed)."""
+    lengths = (lab != -100).int().cumsum(1).argmax(1) + 1  # end of each row's labels
+    order = torch.argsort(lengths)
+    halves = [order[: len(order) // 2], order[len(order) // 2:]]
+    total = int((lab[:, 1:] != -100).sum())
+    acc = torch.zeros(())
+    for rows in halves:
+        if len(rows) == 0:
+            continue
+        w = int(lengths[rows].max())
+        i, l = ids[rows, :w], lab[rows, :w]
+        n = int((l[:, 1:] != -100).sum())
+        out = model(input_ids=i, attention_mask=torch.ones_like(i), labels=l)
+        part = out.loss * (n / total)
+        part.backward()
+        acc = acc + part.detach()
+    return acc
+
+
 def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
     """Pre-train a testbed model from scratch (deterministic for ``spec``: same spec, same weights).
 
@@ -182,7 +244,7 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) ->
         ``(model, tokenizer, info)``; ``info`` has ``final_loss`` (mean next-token cross-entropy in
         nats over the last 10 % of steps), ``seconds``, ``num_parameters`` and the spec.
     """
-    tok = build_tokenizer()
+    tok = build_tokenizer(v2=spec.is_v2)
     model = build_model(spec, tok)
     model.train()
     rng = random.Random(spec.seed * 7919 + 17)
@@ -204,13 +266,16 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) ->
                        delay=2.0, disable=not progress)
     for step in range(spec.steps):
         ids, lab = _batch(rng, spec, tok)
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss = _v2_loss(model, ids, lab, tok.pad_token_id) if spec.is_v2 else None
+        if loss is None:
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
+            out.loss.backward()
+            loss = out.loss
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(out.loss.detach()))
+        losses.append(float(loss.detach()))
         bar.update(1)
         if (step + 1) % 50 == 0:
             bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}", refresh=False)

@@ -9,6 +9,14 @@ longer than anything seen in pre-training are out of reach (zero-pass groups).
 Operations (``OPS``): ``R`` reverse, ``C`` shift every letter one step (``a→b``, ..., ``j→a``),
 ``S`` sort, ``D`` reverse then shift.
 
+Testbed v2 (issue 17 §2) adds two knobs, both off by default so v1 problems are unchanged:
+
+* ``steps`` > 1: a *chain* of ops, e.g. ``RC:abc`` (reverse, then shift); the answer lists every
+  intermediate result separated by :data:`STEP_SEP`: ``cba|dcb``. Each step is a function of the
+  previous one, so an error in the first step decides the outcome (IB-TPO's branching points).
+* ``feedback="position"``: the verifier's feedback is the 1-based position of the first wrong
+  character as digits (``"3"``), tokens the v2 policy saw in pre-training, instead of English text.
+
 Source: interpretation: the issue asks for "multi-step arithmetic or string transformations with
 verifiable answers, where harder levels are beyond the pre-trained model's reach"; string
 transformations make every answer a string of known length, so difficulty is one integer and
@@ -25,6 +33,9 @@ from rlvr.tasks.base import Problem, Split, Verdict, check_split
 
 ALPHABET = "abcdefghij"
 """The letters problems are made of (10 characters)."""
+STEP_SEP = "|"
+"""Separator between the steps of a multi-step (chain) answer."""
+FEEDBACK_MODES = ("text", "position")
 
 
 def _shift(s: str) -> str:
@@ -40,19 +51,51 @@ OPS: dict[str, Callable[[str], str]] = {
 """Operation code → transformation ``str -> str`` (same length in, same length out)."""
 
 
-def make_example(rng: random.Random, level: int, ops: str) -> tuple[str, str]:
-    """One ``(question, answer)`` pair at ``level`` (string length), op drawn uniformly from ``ops``.
+def make_example(rng: random.Random, level: int, ops: str, steps: int = 1) -> tuple[str, str]:
+    """One ``(question, answer)`` pair at ``level`` (string length), ops drawn uniformly from ``ops``.
+
+    ``steps == 1`` (v1): ``("R:abc", "cba")``, with exactly v1's RNG draws. ``steps > 1``: a chain of
+    ``steps`` ops applied left to right, answer = the intermediate results joined by
+    :data:`STEP_SEP` (``("RC:abc", "cba|dcb")``); see :func:`chain_answer`.
 
     Raises:
-        ValueError: ``level < 1`` or an unknown op code.
+        ValueError: ``level < 1``, ``steps < 1`` or an unknown op code.
     """
     if level < 1:
         raise ValueError(f"testbed level must be ≥ 1, got {level}")
-    op = rng.choice(ops)
-    if op not in OPS:
-        raise ValueError(f"unknown testbed op {op!r}; known: {''.join(OPS)}")
+    if steps < 1:
+        raise ValueError(f"testbed steps must be ≥ 1, got {steps}")
+    chain = "".join(rng.choice(ops) for _ in range(steps))
+    bad = [o for o in chain if o not in OPS]
+    if bad:
+        raise ValueError(f"unknown testbed op {bad[0]!r}; known: {''.join(OPS)}")
     s = "".join(rng.choice(ALPHABET) for _ in range(level))
-    return f"{op}:{s}", OPS[op](s)
+    return f"{chain}:{s}", chain_answer(chain, s)
+
+
+def chain_steps(chain: str, s: str) -> list[str]:
+    """The intermediate results of applying the ops of ``chain`` to ``s`` in order (one per op)."""
+    out = []
+    for op in chain:
+        s = OPS[op](s)
+        out.append(s)
+    return out
+
+
+def chain_answer(chain: str, s: str) -> str:
+    """The answer to ``chain:s``: :func:`chain_steps` joined by :data:`STEP_SEP` (``R``, ``abc`` → ``cba``)."""
+    return STEP_SEP.join(chain_steps(chain, s))
+
+
+def first_wrong_position(got: str, gold: str) -> int | None:
+    """1-based position of the first character where ``got`` differs from ``gold`` (a missing or
+    extra character counts as wrong at ``min(len) + 1``); ``None`` when they are equal."""
+    if got == gold:
+        return None
+    for i, (x, y) in enumerate(zip(got, gold)):
+        if x != y:
+            return i + 1
+    return min(len(got), len(gold)) + 1
 
 
 @dataclass
@@ -66,12 +109,15 @@ class TestbedTask:
         seed, eval_seed: RNG seeds of the two splits (distinct seeds; held-out problems that
             happen to coincide with a training string are removed from the eval split).
         name: metric name of the task.
+        steps: ops per problem (1 = v1; > 1 = multi-step chain answers, see :func:`make_example`).
+        feedback: ``"text"`` (v1: ``"letter 3 is wrong"``) or ``"position"`` (v2: ``"3"``, the
+            first wrong position as digits, the form the v2 policy's pre-training uses).
 
     ``verify`` gives 1 for an exact match (surrounding whitespace ignored), else 0; feedback names
     the first wrong position without revealing the answer.
 
     Raises:
-        ValueError: bad levels or op codes.
+        ValueError: bad levels, steps, op codes or feedback mode.
     """
 
     min_level: int = 4
@@ -83,6 +129,8 @@ class TestbedTask:
     eval_seed: int = 10_000
     name: str = "testbed"
     system_prompt: str = ""
+    steps: int = 1
+    feedback: str = "text"
 
     __test__ = False  # not a pytest class
 
@@ -92,6 +140,10 @@ class TestbedTask:
         bad = [o for o in self.ops if o not in OPS]
         if bad or not self.ops:
             raise ValueError(f"testbed ops must be a non-empty subset of {''.join(OPS)!r}, got {self.ops!r}")
+        if self.steps < 1:
+            raise ValueError(f"testbed steps must be ≥ 1, got {self.steps}")
+        if self.feedback not in FEEDBACK_MODES:
+            raise ValueError(f"testbed feedback must be one of {FEEDBACK_MODES}, got {self.feedback!r}")
         self._cache: dict[str, list[Problem]] = {}
 
     def _make(self, split: str, seed: int, size: int, exclude: set[str]) -> list[Problem]:
@@ -101,7 +153,7 @@ class TestbedTask:
         while len(out) < size and tries < size * 20:
             tries += 1
             level = rng.randint(self.min_level, self.max_level)
-            q, a = make_example(rng, level, self.ops)
+            q, a = make_example(rng, level, self.ops, self.steps)
             if q in exclude:
                 continue
             out.append(Problem(uid=f"{split}-{len(out)}", question=q, answer=a, metadata={"level": level}))
@@ -124,7 +176,9 @@ class TestbedTask:
         gold = problem.answer or ""
         if got == gold:
             return Verdict(score=1.0, correct=True, extracted=got, source="exact")
-        if len(got) != len(gold):
+        if self.feedback == "position":
+            fb = str(first_wrong_position(got, gold))
+        elif len(got) != len(gold):
             fb = f"the answer should have {len(gold)} letters, got {len(got)}"
         else:
             i = next(i for i, (x, y) in enumerate(zip(got, gold)) if x != y)
@@ -136,7 +190,7 @@ def testbed_task_from_config(cfg) -> TestbedTask:
     """``task.type=testbed``: a :class:`TestbedTask` from a ``TaskConfig``.
 
     ``task.config`` keys: ``min_level``, ``max_level`` (default 4..6), ``level`` (sets both, wins),
-    ``ops`` (default ``"RC"``); ``train_size``, ``eval_size``, ``seed``, ``eval_seed``,
+    ``ops`` (default ``"RC"``), ``steps`` (default 1), ``feedback`` (``text``/``position``); ``train_size``, ``eval_size``, ``seed``, ``eval_seed``,
     ``system_prompt`` come from the ``TaskConfig`` fields (``name`` defaults to ``testbed``).
 
     Raises:
@@ -145,9 +199,10 @@ def testbed_task_from_config(cfg) -> TestbedTask:
     from rlvr.errors import ConfigError
 
     c = dict(cfg.config)
-    bad = set(c) - {"min_level", "max_level", "level", "ops"}
+    bad = set(c) - {"min_level", "max_level", "level", "ops", "steps", "feedback"}
     if bad:
-        raise ConfigError(f"task.config: unknown testbed keys {sorted(bad)}; valid: level, min_level, max_level, ops")
+        raise ConfigError(f"task.config: unknown testbed keys {sorted(bad)}; valid: level, min_level, max_level, ops, "
+                          "steps, feedback")
     if "level" in c:  # one level: wins over min_level/max_level (which a recipe may have set)
         c["min_level"] = c["max_level"] = c.pop("level")
     name = cfg.name if "name" in cfg.model_fields_set else "testbed"
@@ -155,7 +210,7 @@ def testbed_task_from_config(cfg) -> TestbedTask:
         return TestbedTask(
             min_level=int(c.get("min_level", 4)), max_level=int(c.get("max_level", 6)), ops=str(c.get("ops", "RC")),
             train_size=cfg.train_size, eval_size=cfg.eval_size_or_default, seed=cfg.seed, eval_seed=cfg.eval_seed,
-            name=name,
+            name=name, steps=int(c.get("steps", 1)), feedback=str(c.get("feedback", "text")),
             system_prompt=cfg.system_prompt or "",
         )
     except (TypeError, ValueError) as exc:
