@@ -66,28 +66,7 @@ RESULTS = Path(__file__).parent / "results" / "bench_step.json"
 
 
 # ------------------------------------------------------------------------------------------ machine
-def matmul_gflops(hidden: int, inter: int, rows: int = 4096, repeats: int = 5,
-                  dtype: torch.dtype = torch.float32) -> dict[str, float]:
-    """``torch.mm`` GFLOP/s in ``dtype`` on the model's own shapes; ``best`` is the maximum over shapes.
-
-    Each shape is warmed up once and timed as the best of ``repeats`` runs (2·m·k·n FLOPs per mm).
-    """
-    out: dict[str, float] = {}
-    for name, (m, k, n) in {
-        "hidden_to_inter": (rows, hidden, inter),
-        "inter_to_hidden": (rows, inter, hidden),
-        "hidden_to_hidden": (rows, hidden, hidden),
-    }.items():
-        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-        torch.mm(a, b)
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t)
-        out[name] = 2 * m * k * n / best / 1e9
-    out["best"] = max(out.values())
-    return out
+from rlvr.precision import model_matmul_rates as matmul_gflops  # noqa: E402  (one timing loop: rlvr.precision)
 
 
 def model_sizes(model: Any) -> dict[str, int]:
