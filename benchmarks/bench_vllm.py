@@ -105,6 +105,7 @@ def main() -> int:
             engines[f"vllm_{variant}"] = build_engine(cfg, model, tok, "runs/bench_vllm")
             starts[f"vllm_{variant}"] = time.perf_counter() - t0
             print(f"{dname} vllm_{variant}: server up in {starts[f'vllm_{variant}']:.1f} s", flush=True)
+            result.setdefault("server_start_s", {})[f"{dname}_vllm_{variant}"] = round(starts[f"vllm_{variant}"], 1)
         try:
             for name, eng in engines.items():  # warm-up (vLLM: first-request paths; hf: allocator)
                 eng.generate(reqs[:2], SamplingParams(temperature=1.0, max_new_tokens=16, seed=99))
@@ -113,6 +114,10 @@ def main() -> int:
                 for name, eng in engines.items():
                     _, s = timed(eng, reqs, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=r))
                     print(f"{dname} {name} repeat {r}: {s['tok_per_s']:.1f} tok/s, mean len {s['mean_len']:.1f}", flush=True)
+                    result.setdefault("raw", []).append({"dtype": dname, "engine": name, "repeat": r, "n": n,
+                                                         "max_new_tokens": max_new, "load1": os.getloadavg()[0], **s})
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(result, indent=2))  # a cut run keeps what it measured
                     if name not in best or s["tok_per_s"] > best[name]["tok_per_s"]:
                         best[name] = s
             for name, s in best.items():
