@@ -7,7 +7,7 @@ pushes to its own server: what a per-rank design would do), on the same total wo
 every push each rank's greedy generation equals transformers' greedy decode of the *updated* weights.
 
 Setting (cheap on purpose, so it fits a shared 2-core CPU): the tiny llama of ``tests/vllm`` (random,
-0.1 M parameters), ``--prompts`` random 32-token prompts × ``--n`` samples × ``--max-new`` tokens in total
+0.1 M parameters), ``--prompts`` random 32-token prompts × ``--samples`` samples × ``--max-new`` tokens in total
 per round, split evenly across ranks, temperature 1, ``--rounds`` rounds; between rounds every rank
 applies the same deterministic weight change (a stand-in for the optimizer step) and syncs. Arms:
 
@@ -77,7 +77,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from rlvr.config import build_config
     from rlvr.engines.factory import build_engine
-    from rlvr.engines.weight_sync import export_state_dict, sync_policy
+    from rlvr.engines.weight_sync import named_full_tensors
     from rlvr.models import build_tiny_model
     from rlvr.types import GenerationRequest, SamplingParams
 
@@ -93,23 +93,28 @@ def worker(args: argparse.Namespace) -> None:
     prompts = _prompts(args.prompts, model.config.vocab_size)
     mine = prompts[rank::world]
     params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new)
+
+    def push(version: int) -> None:
+        if args.mode == "per_rank":  # every rank pushes to its own server
+            engine.generation_sync.transport.push(dict(named_full_tensors(model)), engine.client)
+            engine.generation_sync.version = version
+            dist.barrier()
+        else:
+            engine.generation_sync.push(named_full_tensors(model), version)  # rank 0 pushes, then a barrier
+
+    push(0)  # the servers may hold an earlier arm's weights: start every arm from the initial ones
     engine.generate([GenerationRequest(mine[0], 2)], SamplingParams(temperature=1.0, max_new_tokens=4))  # warm-up
     rounds = []
     for r in range(args.rounds):
         dist.barrier()
         t0 = time.perf_counter()
-        out = engine.generate([GenerationRequest(p, args.n) for p in mine], params)
+        out = engine.generate([GenerationRequest(p, args.samples) for p in mine], params)
         gen_s = time.perf_counter() - t0
         tokens = sum(len(g.token_ids) for gs in out for g in gs)
         _perturb(model, r)
         dist.barrier()
         t0 = time.perf_counter()
-        if args.mode == "per_rank":  # every rank pushes to its own server
-            engine.generation_sync.transport.push(export_state_dict(model), engine.client)
-            engine.generation_sync.version = r + 1
-            dist.barrier()
-        else:
-            sync_policy(engine, model, r + 1)  # rank 0 pushes, all meet at a barrier
+        push(r + 1)
         sync_s = time.perf_counter() - t0
         ctx = prompts[0][:8]
         got = engine.generate([GenerationRequest(ctx, 1)], SamplingParams(temperature=0.0, max_new_tokens=8))[0][0]
@@ -146,11 +151,13 @@ def main() -> int:
     p.add_argument("--scratch", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--prompts", type=int, default=16, help="prompts per round, all ranks together")
-    p.add_argument("--n", type=int, default=8)
+    p.add_argument("--samples", type=int, default=8, help="samples per prompt")
     p.add_argument("--max-new", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--arms", default="shared_w1,shared_w2,per_rank_w2")
     p.add_argument("--vllm-python", default=os.environ.get("RLVR_VLLM_PYTHON", ".venv-vllm/bin/python"))
+    p.add_argument("--server-urls", help="use these running servers (comma-separated; the second for per_rank) "
+                   "instead of starting them; they must serve the tiny model written by this script's seed")
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args()
     if args.worker:
@@ -168,7 +175,7 @@ def main() -> int:
     model, tok = build_tiny_model(0, **TINY)
     folder = write_served_policy(model, tok, scratch / "policy", torch.float32)
     n_servers = 2 if any(a.startswith("per_rank") for a in arms) else 1
-    servers = [VLLMServer(args.vllm_python, folder, args=["--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+    servers = [] if args.server_urls else [VLLMServer(args.vllm_python, folder, args=["--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
                                                           "--seed", "0"],
                           env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=scratch / f"server{i}.log",
                           startup_timeout_s=600) for i in range(n_servers)]
@@ -176,21 +183,23 @@ def main() -> int:
                                                                                           "scratch", "result")},
               "model": {"parameters": sum(p.numel() for p in model.parameters()), **TINY}, "arms": {}}
     try:
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=s.start) for s in servers]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        result["servers_start_s_concurrent"] = round(time.perf_counter() - t0, 1)
-        if not all(s.healthy() for s in servers):
-            raise RuntimeError(f"a server did not come up; logs in {scratch}")
-        print(f"{n_servers} server(s) up in {result['servers_start_s_concurrent']} s", flush=True)
-        result["server_rss_mib"] = [_rss_mib(s.proc.pid) for s in servers]
+        if servers:
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=s.start) for s in servers]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            result["servers_start_s_concurrent"] = round(time.perf_counter() - t0, 1)
+            if not all(s.healthy() for s in servers):
+                raise RuntimeError(f"a server did not come up; logs in {scratch}")
+            print(f"{n_servers} server(s) up in {result['servers_start_s_concurrent']} s", flush=True)
+            result["server_rss_mib"] = [_rss_mib(s.proc.pid) for s in servers]
+        urls = args.server_urls.split(",") if args.server_urls else [s.url for s in servers]
         for arm in arms:
             mode, w = arm.rsplit("_w", 1)
             res = scratch / f"{arm}.json"
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={w}", __file__,
-                   "--worker", f"--mode={mode}", f"--urls={','.join(s.url for s in servers)}", f"--scratch={scratch}",
-                   f"--result={res}", f"--prompts={args.prompts}", f"--n={args.n}", f"--max-new={args.max_new}",
+                   "--worker", f"--mode={mode}", f"--urls={','.join(urls)}", f"--scratch={scratch}",
+                   f"--result={res}", f"--prompts={args.prompts}", f"--samples={args.samples}", f"--max-new={args.max_new}",
                    f"--rounds={args.rounds}"]
             load = os.getloadavg()[0]
             t0 = time.perf_counter()
