@@ -156,11 +156,12 @@ def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5, kinds=("ap
     from rlvr.engines.hf import _new_cache
 
     out = []
+    hi = min(1000, model.config.vocab_size)  # random token ids below the vocabulary size
     for length in lengths:
         for kind in kinds:
             with torch.inference_mode():
                 cache, _ = _new_cache(model.config, length + steps + 1, kind)
-                ids = torch.randint(100, 1000, (8, length))
+                ids = torch.randint(100, hi, (8, length))
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True, logits_to_keep=1)
                 cache.batch_select_indices(torch.arange(8).repeat_interleave(rows // 8))
                 mask = torch.ones(rows, length, dtype=torch.long)
@@ -169,7 +170,7 @@ def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5, kinds=("ap
                 for _ in range(steps):
                     mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.long)], 1)
                     c0 = time.process_time()
-                    model(input_ids=torch.randint(100, 1000, (rows, 1)), attention_mask=mask, position_ids=pos,
+                    model(input_ids=torch.randint(100, hi, (rows, 1)), attention_mask=mask, position_ids=pos,
                           cache=cache, use_cache=True, logits_to_keep=1)
                     times.append(time.process_time() - c0)
                     pos = pos + 1
