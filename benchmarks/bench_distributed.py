@@ -146,7 +146,7 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from bench_step import matmul_gflops
+    from rlvr.precision import model_matmul_rates as matmul_gflops
 
     flags = ""
     try:

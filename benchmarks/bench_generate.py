@@ -12,9 +12,17 @@ sampled token + finish reason):
 * ``generate_batch``       — transformers' continuous batching (``model.generate_batch`` with
                              ``return_logprobs=True``), if it runs here.
 
-Scenarios: ``group`` = 8 prompts × 8 samples × 128 new tokens (one GRPO generation batch) and
-``single`` = batch 1: the same 8 prompts one at a time, 1 sample each, 128 new tokens at most.
-Temperature 1, no top-p/top-k.
+Scenarios: ``group`` = 8 prompts × 8 samples × 128 new tokens (one GRPO generation batch),
+``single`` = batch 1: the same 8 prompts one at a time, 1 sample each, 128 new tokens at most, and
+``small`` = the first prompt × 8 samples (for precisions that are slow on this CPU; pair it with a small
+``--max-new-tokens``). Temperature 1, no top-p/top-k.
+
+Precision (issue 15): ``--dtypes fp32,bf16`` adds ``hf_engine_bf16`` — the shipped engine under the
+``bf16`` policy (it decodes with a bf16 weight copy, :attr:`rlvr.precision.PrecisionPolicy.generation_dtype`),
+timed interleaved with the fp32 methods; ``decode_step`` then also times its 64-row decode step (append
+cache, length 150). The machine comes first (``benchmarks/machine.py``: CPU, bf16 flags, fp32/bf16 matmul
+rates, load average). ``--profile`` prints a ``torch.profiler`` table (self CPU time by op) of one
+``hf_engine`` group run: where the engine's time goes.
 
 ``decode_step`` (in the JSON) times one decode step of 64 rows at cache lengths 150/600/1000 with
 the engine's append-in-place KV cache and with transformers' ``DynamicCache``: the reason the
@@ -25,7 +33,8 @@ tok/cpu-s divides by the process's CPU time instead: with ``--threads 1`` it is 
 disturbed by other users of a shared machine (a descheduled process accrues no CPU time), which is
 why the committed results use it.
 
-Run: ``HF_HUB_OFFLINE=1 python benchmarks/bench_generate.py [--threads 1]`` (10–20 minutes on the
+Run: ``HF_HUB_OFFLINE=1 python benchmarks/bench_generate.py [--threads 1]``; rlvr engine fp32 vs bf16 on a CPU
+without native bf16: ``--methods hf_engine --dtypes fp32,bf16 --scenarios small --max-new-tokens 16`` (10–20 minutes on the
 shared machines; the first run converts the GGUF into the model cache). Writes ``benchmarks/results/bench_generate.json``. Timings on the
 shared 2-core machines are noisy (±20 %); they are never test assertions.
 """
@@ -42,12 +51,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 import torch  # noqa: E402
 
 from rlvr.config import ModelConfig  # noqa: E402
 from rlvr.engines.hf import HFEngine  # noqa: E402
 from rlvr.models import load_policy  # noqa: E402
+from rlvr.precision import resolve_precision  # noqa: E402
 from rlvr.types import GenerationRequest, SamplingParams  # noqa: E402
+
+from machine import print_machine  # noqa: E402  (benchmarks/machine.py)
 
 QUESTIONS = [
     "What is 17 + 25?",
@@ -134,16 +148,20 @@ def run_generate_batch(model, tok, prompts, n, max_new, seed):
     return wall, lens
 
 
-def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5) -> list[dict]:
-    """CPU ms of one decode step (median of ``steps``) for each KV-cache kind and cache length."""
+def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5, kinds=("append", "dynamic")) -> list[dict]:
+    """CPU ms of one decode step (median of ``steps``) for each KV-cache kind and cache length.
+
+    ``model`` is called directly (pass an engine's ``_decode_model`` to time its bf16 copy).
+    """
     from rlvr.engines.hf import _new_cache
 
     out = []
+    hi = min(1000, model.config.vocab_size)  # random token ids below the vocabulary size
     for length in lengths:
-        for kind in ("append", "dynamic"):
+        for kind in kinds:
             with torch.inference_mode():
                 cache, _ = _new_cache(model.config, length + steps + 1, kind)
-                ids = torch.randint(100, 1000, (8, length))
+                ids = torch.randint(100, hi, (8, length))
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True, logits_to_keep=1)
                 cache.batch_select_indices(torch.arange(8).repeat_interleave(rows // 8))
                 mask = torch.ones(rows, length, dtype=torch.long)
@@ -152,12 +170,13 @@ def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5) -> list[di
                 for _ in range(steps):
                     mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.long)], 1)
                     c0 = time.process_time()
-                    model(input_ids=torch.randint(100, 1000, (rows, 1)), attention_mask=mask, position_ids=pos,
+                    model(input_ids=torch.randint(100, hi, (rows, 1)), attention_mask=mask, position_ids=pos,
                           cache=cache, use_cache=True, logits_to_keep=1)
                     times.append(time.process_time() - c0)
                     pos = pos + 1
             ms = sorted(times)[len(times) // 2] * 1e3
-            out.append({"cache": kind, "cache_len": length, "rows": rows, "cpu_ms_per_step": round(ms, 1)})
+            out.append({"cache": kind, "cache_len": length, "rows": rows, "cpu_ms_per_step": round(ms, 1),
+                        "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")})
             print(f"[decode_step] {kind:8} len {length:5d}: {ms:7.1f} cpu-ms/step", flush=True)
     return out
 
@@ -182,16 +201,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--skip-decode-step", action="store_true", help="skip the KV-cache decode-step timing")
+    ap.add_argument("--dtypes", default="fp32", help="engine precisions (model.dtype values); each one but fp32 adds "
+                    "hf_engine_<dtype> to the methods")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler table of one hf_engine group run")
     args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    machine = print_machine()
     t0 = time.perf_counter()
-    model, tok = load_policy(ModelConfig())
+    model, tok = load_policy(ModelConfig(dtype="fp32"))
     model.eval()
     load_s = time.perf_counter() - t0
-    scenarios = {"group": (8, 8), "single": (8, 1)}
+    scenarios = {"group": (8, 8), "single": (8, 1), "small": (1, 8)}
     methods = args.methods.split(",")
+    for dt in args.dtypes.split(","):
+        if dt != "fp32":
+            METHODS[f"hf_engine_{dt}"] = _precision_method(dt)
+            methods.append(f"hf_engine_{dt}")
     # warm-up: first calls pay for lazy imports and allocator growth
     warm = _prompts(tok, 1)
     for name in methods:
@@ -225,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(_summarise(sc, name, k, n, args.max_new_tokens, prompts, runs[name]))
 
     steps = decode_step_ms(model) if not args.skip_decode_step else []
+    if not args.skip_decode_step:
+        for dt in args.dtypes.split(","):
+            if dt != "fp32":
+                eng = HFEngine(model, tok, precision=resolve_precision(dt, log=False))
+                steps += decode_step_ms(eng._decode_model, lengths=(150,), steps=3, kinds=("append",))
+    profile = _profile(model, tok, args) if args.profile else None
     print()
     print(f"{'scenario':8} {'method':20} {'tok/s':>8} {'tok/cpu-s':>9} {'wall s':>8} {'tokens':>7} {'mean len':>8}")
     for r in rows:
@@ -237,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         meta = {
-            "model": "SmolLM2-135M-Instruct (default, fp32)",
+            "model": "SmolLM2-135M-Instruct (default; fp32 master weights)",
+            "machine": machine,
+            "dtypes": args.dtypes.split(","),
             "model_load_s": round(load_s, 2),
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
@@ -257,9 +292,32 @@ def main(argv: list[str] | None = None) -> int:
             meta["transformers"] = transformers.__version__
         except ImportError:
             pass
-        out.write_text(json.dumps({"meta": meta, "results": rows, "decode_step": steps}, indent=2) + "\n")
+        doc = {"meta": meta, "results": rows, "decode_step": steps}
+        if profile is not None:
+            doc["profile"] = profile
+        out.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {out}")
     return 0
+
+
+def _precision_method(dtype: str):
+    """A METHODS entry: the shipped engine under the ``dtype`` precision policy (e.g. bf16's weight copy)."""
+    policy = resolve_precision(dtype, log=False)
+    return lambda m, t, p, n, k, s: run_engine(m, t, p, n, k, s, precision=policy)
+
+
+def _profile(model, tok, args) -> dict:
+    """``torch.profiler`` of one ``hf_engine`` group run (8 × 8): top ops by self CPU time and their shares."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall, lens = run_engine(model, tok, _prompts(tok, 8), 8, args.max_new_tokens, args.seed)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
+    print(table)
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    return {"wall_s": wall, "gen_tokens": sum(lens), "table": table,
+            "self_cpu_share": {e.key: e.self_cpu_time_total / total for e in events[:20]}}
 
 
 def _print_run(sc: str, name: str, rep: int, run: dict) -> None:

@@ -66,28 +66,7 @@ RESULTS = Path(__file__).parent / "results" / "bench_step.json"
 
 
 # ------------------------------------------------------------------------------------------ machine
-def matmul_gflops(hidden: int, inter: int, rows: int = 4096, repeats: int = 5,
-                  dtype: torch.dtype = torch.float32) -> dict[str, float]:
-    """``torch.mm`` GFLOP/s in ``dtype`` on the model's own shapes; ``best`` is the maximum over shapes.
-
-    Each shape is warmed up once and timed as the best of ``repeats`` runs (2·m·k·n FLOPs per mm).
-    """
-    out: dict[str, float] = {}
-    for name, (m, k, n) in {
-        "hidden_to_inter": (rows, hidden, inter),
-        "inter_to_hidden": (rows, inter, hidden),
-        "hidden_to_hidden": (rows, hidden, hidden),
-    }.items():
-        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-        torch.mm(a, b)
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t)
-        out[name] = 2 * m * k * n / best / 1e9
-    out["best"] = max(out.values())
-    return out
+from rlvr.precision import model_matmul_rates as matmul_gflops  # noqa: E402  (one timing loop: rlvr.precision)
 
 
 def model_sizes(model: Any) -> dict[str, int]:
@@ -122,7 +101,8 @@ def build(args: argparse.Namespace, out_dir: Path):
 
 
 # ------------------------------------------------------------------------------------------ rlvr
-def bench_rlvr(args: argparse.Namespace, gflops: float, floor_gflops: float | None = None) -> dict[str, Any]:
+def bench_rlvr(args: argparse.Namespace, gflops: float, floor_gflops: float | None = None,
+               partial: Any = None) -> dict[str, Any]:
     import rlvr.trainer.update as upd
     from rlvr.trainer.forward import shares_context
     from rlvr.trainer.trainer import Trainer
@@ -203,6 +183,8 @@ def bench_rlvr(args: argparse.Namespace, gflops: float, floor_gflops: float | No
         for k in ("logprobs", "optimizer", "body_tokens", "completion_tokens"):
             acc[k] = 0 if isinstance(acc[k], int) else 0.0
         print("rlvr step %d: %s" % (trainer.global_step, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})), flush=True)
+        if partial is not None:  # a run cut by its timeout keeps the steps it finished
+            partial({"model_params": sizes, "steps": list(steps), "partial": True})
         t_prev[0] = time.perf_counter()
 
     tr.callbacks.append(on_step)
@@ -347,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["rlvr"] = prev["rlvr"]
                 result["rlvr_from"] = {"file": args.rlvr_json, "matmul_gflop_per_s": prev.get("matmul_gflop_per_s")}
             else:
-                result["rlvr"] = bench_rlvr(args, floor_rate, floor_rate)
+                result["rlvr"] = bench_rlvr(args, floor_rate, floor_rate, partial=lambda r: out.write_text(
+                    json.dumps({**result, "rlvr": r}, indent=2, default=str)))
         elif args.trl:
             result["trl"] = bench_trl(args, partial=lambda r: out.write_text(json.dumps({**result, "trl": r}, indent=2, default=str)))
         out.write_text(json.dumps(result, indent=2, default=str))  # partial results survive a timeout

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -43,39 +42,10 @@ from rlvr.engines.hf import HFEngine  # noqa: E402
 from rlvr.models import load_policy  # noqa: E402
 from rlvr.types import GenerationRequest, SamplingParams  # noqa: E402
 
+from machine import print_machine  # noqa: E402  (benchmarks/machine.py: CPU, flags, matmul rates)
+
 RESULTS = Path(__file__).parent / "results" / "bench_vllm.json"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def machine() -> dict:
-    """CPU model, capability, bf16 flags, fp32/bf16 matmul GFLOP/s."""
-    model = "?"
-    flags: set[str] = set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    rates = {}
-    m, k, n = 512, 576, 1536
-    for name, dt in DTYPES.items():
-        a, b = torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)
-        for _ in range(3):
-            a @ b
-        reps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < 1.0:
-            a @ b
-            reps += 1
-        rates[name] = 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
-    return {
-        "cpu": model, "machine": platform.machine(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "capability": torch.backends.cpu.get_cpu_capability(),
-        "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
-        "matmul_gflop_per_s": {k_: round(v, 1) for k_, v in rates.items()},
-    }
 
 
 def lengths_summary(out) -> dict:
@@ -105,17 +75,17 @@ def main() -> int:
     ap.add_argument("--slow-bf16-n", type=int, default=1,
                     help="samples per prompt for bf16 on a CPU without native bf16 (its matmuls run ~100x slower)")
     ap.add_argument("--slow-bf16-max-new", type=int, default=16)
-    ap.add_argument("--vllm-python", default=".venv-vllm/bin/python")
+    ap.add_argument("--vllm-python", default=os.environ.get("RLVR_VLLM_PYTHON", ".venv-vllm/bin/python"),
+                    help="the vLLM env's python (default: $RLVR_VLLM_PYTHON, else .venv-vllm/bin/python)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
 
-    info = machine()
-    print(json.dumps(info))
+    info = print_machine()
     base, tok = load_policy(ModelConfig(name_or_path="default"))
     prompts = _prompts(tok, 8)
     result = {"machine": info, "setting": {"prompts": len(prompts), "n": args.n, "max_new_tokens": args.max_new,
                                            "temperature": 1.0, "repeats": args.repeats}, "runs": []}
-    native_bf16 = info["avx512_bf16"] or info["amx_bf16"]
+    native_bf16 = info["cpu"]["native_bf16"]
     for dname in args.dtypes.split(","):
         dt = DTYPES[dname]
         model = base.to(dt)
@@ -135,6 +105,7 @@ def main() -> int:
             engines[f"vllm_{variant}"] = build_engine(cfg, model, tok, "runs/bench_vllm")
             starts[f"vllm_{variant}"] = time.perf_counter() - t0
             print(f"{dname} vllm_{variant}: server up in {starts[f'vllm_{variant}']:.1f} s", flush=True)
+            result.setdefault("server_start_s", {})[f"{dname}_vllm_{variant}"] = round(starts[f"vllm_{variant}"], 1)
         try:
             for name, eng in engines.items():  # warm-up (vLLM: first-request paths; hf: allocator)
                 eng.generate(reqs[:2], SamplingParams(temperature=1.0, max_new_tokens=16, seed=99))
@@ -143,6 +114,10 @@ def main() -> int:
                 for name, eng in engines.items():
                     _, s = timed(eng, reqs, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=r))
                     print(f"{dname} {name} repeat {r}: {s['tok_per_s']:.1f} tok/s, mean len {s['mean_len']:.1f}", flush=True)
+                    result.setdefault("raw", []).append({"dtype": dname, "engine": name, "repeat": r, "n": n,
+                                                         "max_new_tokens": max_new, "load1": os.getloadavg()[0], **s})
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(result, indent=2))  # a cut run keeps what it measured
                     if name not in best or s["tok_per_s"] > best[name]["tok_per_s"]:
                         best[name] = s
             for name, s in best.items():

@@ -8,6 +8,8 @@ these. Imported by the scripts in this folder (``python benchmarks/<script>.py``
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import torch
@@ -17,7 +19,8 @@ from rlvr.precision import cpu_description, matmul_rates, resolve_precision
 
 def print_machine(shape: tuple[int, int, int] = (512, 576, 1536)) -> dict[str, Any]:
     """Print the CPU line, the matmul rates of ``torch.mm [m,k]@[k,n]`` in fp32 and bf16 and what
-    ``model.dtype=auto`` resolves to; return them as a JSON-serialisable dict.
+    ``model.dtype=auto`` resolves to, with the UTC time and the load average (``os.getloadavg``: the
+    machines are shared, so a timing means little without it); return them as a JSON-serialisable dict.
 
     The default shape is issue 15's (SmolLM2-135M's hidden → MLP projection over 512 rows).
     """
@@ -25,9 +28,12 @@ def print_machine(shape: tuple[int, int, int] = (512, 576, 1536)) -> dict[str, A
     m, k, n = shape
     rates = matmul_rates(m, k, n)
     auto = resolve_precision("auto", log=False)
+    when, load = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), [round(x, 2) for x in os.getloadavg()]
+    print(f"{when}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
     print(f"CPU: {cpu['model']}; torch capability {cpu['capability']}; vector flags {' '.join(cpu['vector_flags'])}; "
           f"bf16 flags: {' '.join(cpu['bf16_flags']) or 'none'}", flush=True)
     print(f"matmul {m}x{k}x{n} GFLOP/s ({torch.get_num_threads()} threads, torch {torch.__version__}): "
           f"fp32 {rates['float32']:.1f}, bf16 {rates['bfloat16']:.1f} (bf16/fp32 = "
           f"{rates['bfloat16'] / rates['float32']:.2f}); model.dtype=auto -> {auto.mode} ({auto.reason})", flush=True)
-    return {"cpu": cpu, "matmul_shape": list(shape), "matmul_gflop_per_s": rates, "auto": auto.as_dict()}
+    return {"cpu": cpu, "matmul_shape": list(shape), "matmul_gflop_per_s": rates, "auto": auto.as_dict(),
+            "time_utc": when, "loadavg": load}

@@ -52,6 +52,7 @@ __all__ = [
     "cpu_description",
     "autocast_for",
     "matmul_rates",
+    "model_matmul_rates",
     "model_precision",
     "probe_cpu_bf16",
     "resolve_precision",
@@ -128,9 +129,11 @@ def _bf16_flags(flags: set[str]) -> tuple[str, ...]:
     return tuple(sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "bf16")))
 
 
-def _time_mm(dtype: torch.dtype, n: int, repeats: int) -> float:
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.mm(a, b)  # warm-up (oneDNN primitive creation)
+def _best_mm_seconds(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -> float:
+    """Best-of-``repeats`` wall seconds of ``torch.mm`` ``[m, k] @ [k, n]`` in ``dtype``, after one warm-up call
+    (oneDNN primitive creation). The one timing loop behind the probe and every benchmark's matmul rate."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -141,7 +144,7 @@ def _time_mm(dtype: torch.dtype, n: int, repeats: int) -> float:
 
 def _bf16_speed_ratio(n: int = 256, repeats: int = 3) -> float:
     """bf16 / fp32 matmul rate on an ``n³`` product (> 1: bf16 is faster). ~5 ms where bf16 is native."""
-    return _time_mm(torch.float32, n, repeats) / _time_mm(torch.bfloat16, n, repeats)
+    return _best_mm_seconds(n, n, n, torch.float32, repeats) / _best_mm_seconds(n, n, n, torch.bfloat16, repeats)
 
 
 @functools.lru_cache(maxsize=1)
@@ -382,16 +385,25 @@ def matmul_rates(m: int = 512, k: int = 576, n: int = 1536, repeats: int = 3,
     Returns:
         ``{"float32": GFLOP/s, "bfloat16": GFLOP/s}`` (keys: the dtype names).
     """
-    out = {}
-    for dt in dtypes:
-        a, b = torch.randn(m, k).to(dt), torch.randn(k, n).to(dt)
-        torch.mm(a, b)
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t)
-        out[str(dt).removeprefix("torch.")] = 2 * m * k * n / best / 1e9
+    return {str(dt).removeprefix("torch."): 2 * m * k * n / _best_mm_seconds(m, k, n, dt, repeats) / 1e9 for dt in dtypes}
+
+
+def model_matmul_rates(hidden: int, inter: int, rows: int = 4096, repeats: int = 5,
+                       dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """GFLOP/s of ``torch.mm`` in ``dtype`` on a decoder's own projection shapes over ``rows`` tokens.
+
+    Shapes: ``hidden_to_inter`` ``[rows, hidden] @ [hidden, inter]``, ``inter_to_hidden``
+    ``[rows, inter] @ [inter, hidden]``, ``hidden_to_hidden`` ``[rows, hidden] @ [hidden, hidden]``; each
+    best of ``repeats`` after a warm-up (2·m·k·n FLOPs per product).
+
+    Returns:
+        The three rates plus ``best`` (their maximum: the rate a step's compute floor divides by).
+    """
+    shapes = {"hidden_to_inter": (rows, hidden, inter), "inter_to_hidden": (rows, inter, hidden),
+              "hidden_to_hidden": (rows, hidden, hidden)}
+    out = {name: matmul_rates(m, k, n, repeats, (dtype,))[str(dtype).removeprefix("torch.")]
+           for name, (m, k, n) in shapes.items()}
+    out["best"] = max(out.values())
     return out
 
 

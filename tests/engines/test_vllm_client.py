@@ -225,3 +225,25 @@ def test_served_policy_is_untied_with_the_same_outputs(tmp_path):
     assert "lm_head.weight" in load_file(str(pushed))
     with pytest.raises(ValueError, match="tied must be"):
         export_state_dict(policy, tied="keep")
+
+
+def test_url_server_serving_the_model_untied_gets_the_new_head(tmp_path):
+    """A vllm.url server may serve a tied model untied (started from write_served_policy's folder, as
+    rlvr's own servers are): a push must carry lm_head.weight, or its head stays at the old weights."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.config import build_config
+    from rlvr.engines.factory import build_engine, write_served_policy
+
+    policy, tok = build_tiny_model(0)
+    assert policy.config.tie_word_embeddings
+    served = AutoModelForCausalLM.from_pretrained(write_served_policy(policy, tok, tmp_path / "p", torch.float32))
+    with FakeVLLM(served, tok) as fake:
+        eng = build_engine(build_config(overrides=["engine=vllm", f"vllm.url={fake.url}", "vllm.dtype=float32",
+                                                   f"vllm.sync_dir={tmp_path / 'sync'}"]), policy, tok, tmp_path)
+        with torch.no_grad():
+            policy.model.embed_tokens.weight.mul_(-2.0)  # tied: the head changes with it
+        assert sync_policy(eng, policy, 1)
+        assert torch.equal(fake.model.lm_head.weight, policy.model.embed_tokens.weight)
+        assert torch.equal(fake.model.model.embed_tokens.weight, policy.model.embed_tokens.weight)
+        eng.close()

@@ -120,3 +120,27 @@ def test_fsdp_kwargs_follow_the_mode():
         "param_dtype": torch.bfloat16, "reduce_dtype": torch.float32}
     assert resolve_precision("fp32", log=False).fsdp_mixed_precision_kwargs() == {}
     assert resolve_precision("bf16-pure", log=False).fsdp_mixed_precision_kwargs() == {}
+
+
+def test_probe_and_benchmark_rates_share_one_timing_loop(monkeypatch):
+    """The probe's ratio, ``matmul_rates`` and the benchmarks' model-shape rates all come from
+    ``_best_mm_seconds`` (one copy: benchmarks/bench_step.py, bench_vllm.py and machine.py import them)."""
+    calls = []
+
+    def fake(m, k, n, dtype, repeats):
+        calls.append((m, k, n, dtype))
+        return 1e-3 if dtype == torch.float32 else 4e-3  # bf16 four times slower
+
+    monkeypatch.setattr(prec, "_best_mm_seconds", fake)
+    assert prec._bf16_speed_ratio(256) == pytest.approx(0.25)
+    r = prec.matmul_rates(4, 8, 16)
+    assert r == {"float32": pytest.approx(2 * 4 * 8 * 16 / 1e-3 / 1e9), "bfloat16": pytest.approx(2 * 4 * 8 * 16 / 4e-3 / 1e9)}
+    calls.clear()
+    mr = prec.model_matmul_rates(hidden=8, inter=32, rows=4)
+    assert [c[:3] for c in calls] == [(4, 8, 32), (4, 32, 8), (4, 8, 8)]
+    assert mr["hidden_to_inter"] == pytest.approx(2 * 4 * 8 * 32 / 1e-3 / 1e9)
+    assert mr["best"] == max(mr["hidden_to_inter"], mr["inter_to_hidden"], mr["hidden_to_hidden"])
+
+
+def test_best_mm_seconds_times_a_real_product():
+    assert 0 < prec._best_mm_seconds(16, 16, 16, torch.float32, 2) < 5

@@ -177,9 +177,11 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
             ).start()
             client = VLLMClient(server.url, timeout_s=v.request_timeout_s)
             name = v.served_model_name
-        # servers rlvr starts serve tied models untied (write_served_policy): push the head too
-        tied = "clone" if server is not None else "drop"
-        sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype], tied=tied) if v.weight_sync == "filesystem" else None
+        # Always push the head as its own tensor: servers rlvr starts serve tied models untied
+        # (write_served_policy), and so may a vllm.url server (e.g. one started from that folder, as
+        # benchmarks/bench_vllm_torchrun.py does); a server that serves the model tied skips
+        # lm_head.weight when loading, so the copy is harmless there.
+        sync = FilesystemWeightSync(scratch / "weights", _TORCH_DTYPES[dtype], tied="clone") if v.weight_sync == "filesystem" else None
         engine = VLLMEngine(
             client, eos_token_ids=engine_eos_ids(model, tokenizer), model_name=name, transport=sync,
             max_concurrency=v.max_concurrency, server=server, weights_dtype=_TORCH_DTYPES[dtype],
