@@ -81,11 +81,11 @@ def evaluate(
 
     Returns:
         a JSON-serialisable dict: settings (``task``, ``split``, ``model``, ``num_problems``,
-        ``num_problems_total``, ``problems``, ``num_samples``, ``temperature``, ``decoding``,
+        ``num_problems_total``, ``problems``, ``row_range``, ``num_samples``, ``temperature``, ``decoding``,
         ``top_p``, ``max_new_tokens``, ``seed``, ``ks``), metrics (``pass@k``, ``maj@k``,
         ``reward/mean``, ``reward/pass_rate``, their ``ci95/`` and ``ci_method/``, ``answers/extracted_ratio``,
         ``completions/mean_length``, ``completions/clipped_ratio``, ``reward/verifier_errors``),
-        ``time_s``, ``tokens_per_s`` and ``per_problem`` (uid, correct count, n, mean reward,
+        ``time_s``, ``tokens_per_s`` (generated tokens per wall second), ``torch_threads`` and ``per_problem`` (uid, correct count, n, mean reward,
         seen_in_train, the first sample's text). When some eval problems also occur in the train
         split (``metadata["seen_in_train"]``), ``unseen/pass@k`` reports the others only.
 
