@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", default="eval", help="result file names: OUTPUT_DIR/eval_<tag>.{json,md,samples.jsonl}")
     e.add_argument("--out", help="explicit JSON output path (the .md table and .samples.jsonl go next to it)")
     e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems of the eval split (N >= 1)")
+    e.add_argument("--offset", type=_nonnegative_int, default=0,
+                   help="skip the first N problems (a shard: --offset A --limit N evaluates problems A+1..A+N); "
+                        "combine shards with rlvr eval-merge")
+    em = sub.add_parser("eval-merge", help="one table + JSON from the per-sample JSONL files of eval shards")
+    em.add_argument("samples", nargs="+", metavar="X.samples.jsonl", help="shards' per-sample files, in split order")
+    em.add_argument("--out", required=True, help="merged JSON path (the .md table and .samples.jsonl go next to it)")
     ex = sub.add_parser("export", help="write a LoRA adapter folder merged into its base as a Hugging Face folder")
     ex.add_argument("folder", help="a LoRA run's final/ or checkpoint-N/ (peft adapter format)")
     ex.add_argument("--merge", action="store_true", required=True,
@@ -95,6 +101,17 @@ def _load_config(args: argparse.Namespace):
     validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
+
+
+def _nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {n}")
+    return n
 
 
 def _positive_int(text: str) -> int:
@@ -320,7 +337,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     path = _check_eval_output(args, cfg)
     task = build_task(cfg.task)
-    task.problems("eval")
+    n_eval = len(task.problems("eval"))
+    if args.offset >= n_eval:
+        raise ConfigError(f"--offset {args.offset}: the eval split has only {n_eval} problems")
     from rlvr.engines.factory import build_engine, check_engine_config
 
     check_engine_config(cfg)
@@ -337,6 +356,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if e.temperature == 0 and (e.num_samples > 1 or max(e.ks) > 1):
         print(f"rlvr: eval.temperature=0 is greedy decoding: 1 sample per problem (not eval.num_samples="
               f"{e.num_samples}); reporting k=1 only", file=sys.stderr)
+    from rlvr.distributed.env import set_cpu_threads
+
+    set_cpu_threads(cfg.distributed.num_threads, 1)  # distributed.num_threads / OMP_NUM_THREADS / all cores
     rows, results = [], []
     try:
         for spec in specs:
@@ -353,7 +375,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
                     top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
                     max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
-                    prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit,
+                    prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit, offset=args.offset,
                     progress=cfg.logging.progress, label=spec.label, on_problem=writer, engine=engine,
                 )
             finally:
@@ -384,6 +406,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(md_path.read_text())
     print(f"rlvr: wrote {json_path}, {md_path} and {samples_path}", file=sys.stderr)
+    return 0
+
+
+def cmd_eval_merge(args: argparse.Namespace) -> int:
+    """``rlvr eval-merge A.samples.jsonl B.samples.jsonl --out X.json``: shards of one evaluation → one result
+    (:func:`rlvr.eval.merge.write_merged`). Overlapping or inconsistent shards are a data error (exit 2)."""
+    from rlvr.eval.merge import write_merged
+
+    merged, md_path, samples_path = write_merged(args.samples, Path(args.out))
+    shown = ", ".join(f"{m}={merged[m]:.4f} [{merged[f'ci95/{m}'][0]:.3f}, {merged[f'ci95/{m}'][1]:.3f}]"
+                      for k in merged["ks"] for m in (f"pass@{k}", f"maj@{k}") if m in merged)
+    print(md_path.read_text())
+    print(f"rlvr: {merged['problems']} problems from {len(args.samples)} shard(s): {shown}", file=sys.stderr)
+    print(f"rlvr: wrote {args.out}, {md_path} and {samples_path}", file=sys.stderr)
     return 0
 
 
@@ -512,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
-    handlers = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
+    handlers = {"train": cmd_train, "eval": cmd_eval, "eval-merge": cmd_eval_merge, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return handlers[args.command](args)

@@ -216,7 +216,8 @@ class DistributedConfig(_Strict):
     when the world size is > 1; ``false`` replicates the model and all-reduces gradients (DDP's
     arithmetic). ``backend``: ``auto`` (nccl on CUDA, gloo on CPU). ``timeout_s``: collective timeout (a
     dead rank fails the others within it). ``num_threads``: CPU intra-op threads per process, 0 = auto
-    (``OMP_NUM_THREADS``, else cores ÷ processes per machine). FSDP2's mixed precision follows
+    (``OMP_NUM_THREADS``, else cores ÷ processes per machine); ``rlvr eval`` uses it too (one process:
+    0 = ``OMP_NUM_THREADS``, else all cores; 1 avoids OpenMP stalls on a shared machine). FSDP2's mixed precision follows
     ``model.dtype`` (:func:`rlvr.distributed.fsdp.mixed_precision_for`). ``generation_weights`` (FSDP2 only):
     ``copy`` generates with a full copy synced from the shards before each round; ``gathered`` gathers
     the shards for the round and generates on the FSDP module itself (no copy at rest).
@@ -241,7 +242,8 @@ class EvalConfig(_Strict):
 
     ``num_samples`` completions per problem at ``temperature`` (0 = greedy: one completion per
     problem, since more would be identical, and only k = 1 is reported); ``ks``: the k of pass@k and
-    maj@k, each in ``[1, num_samples]``; ``batch_size``: sequences decoded together.
+    maj@k, each in ``[1, num_samples]``; ``batch_size``: sequences decoded together (one engine call
+    of ``batch_size // samples`` problems; the default engine decodes them as one batch).
     """
 
     num_samples: int = Field(16, ge=1)

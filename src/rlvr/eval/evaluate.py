@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rlvr.core.pass_at_k import mean_pass_at_k, pass_at_k
-from rlvr.eval.stats import answer_key, maj_at_k, majority_vote, mean_with_ci
+import torch
+
+from rlvr.core.pass_at_k import pass_at_k
+from rlvr.eval.stats import answer_key, maj_at_k, majority_vote
+from rlvr.eval.summary import summarize_records
 from rlvr.rewards import Scorer, ScoreStats
 from rlvr.samplers.group import GroupSampler, PromptEncoder
 from rlvr.types import SamplingParams
@@ -37,6 +40,7 @@ def evaluate(
     engine: Any = None,
     split: str = "eval",
     limit: int | None = None,
+    offset: int = 0,
     progress: bool = False,
     label: str | None = None,
     on_problem: ProblemCallback | None = None,
@@ -61,7 +65,14 @@ def evaluate(
         limit: evaluate only the first ``limit`` problems (None: all); ``num_problems_total`` keeps
             the split's size and ``problems`` says ``"N of M"`` when the split was capped (by
             ``limit`` or by a task's ``eval_size``, via ``task.source_sizes``).
-        prompts_per_batch: problems per engine call (their samples decode together).
+        offset: skip the split's first ``offset`` problems (then ``limit`` counts from there): one
+            shard of a split evaluated in pieces (``row_range`` = ``[offset, offset + N)`` in the result;
+            :func:`rlvr.eval.merge.merge_samples` combines the pieces). Batch seeds and group ids use
+            the problem's index in the whole split, so shards whose offsets are multiples of
+            ``prompts_per_batch`` draw exactly the batches of one run over all problems.
+        prompts_per_batch: problems per engine call; their ``prompts_per_batch × samples`` sequences
+            decode together (the default engine's ``max_batch_size`` is set to that, so no call is
+            split into smaller decode batches).
         progress: show a tqdm bar (problems, rate, ETA) on stderr.
         label: the model's name in the bar and the result (``model``).
         on_problem: called after each problem with its record (uid, question, gold, every sample
@@ -70,21 +81,24 @@ def evaluate(
 
     Returns:
         a JSON-serialisable dict: settings (``task``, ``split``, ``model``, ``num_problems``,
-        ``num_problems_total``, ``problems``, ``num_samples``, ``temperature``, ``decoding``,
+        ``num_problems_total``, ``problems``, ``row_range``, ``num_samples``, ``temperature``, ``decoding``,
         ``top_p``, ``max_new_tokens``, ``seed``, ``ks``), metrics (``pass@k``, ``maj@k``,
         ``reward/mean``, ``reward/pass_rate``, their ``ci95/`` and ``ci_method/``, ``answers/extracted_ratio``,
         ``completions/mean_length``, ``completions/clipped_ratio``, ``reward/verifier_errors``),
-        ``time_s``, ``tokens_per_s`` and ``per_problem`` (uid, correct count, n, mean reward,
+        ``time_s``, ``tokens_per_s`` (generated tokens per wall second), ``torch_threads`` and ``per_problem`` (uid, correct count, n, mean reward,
         seen_in_train, the first sample's text). When some eval problems also occur in the train
         split (``metadata["seen_in_train"]``), ``unseen/pass@k`` reports the others only.
 
     Raises:
-        ValueError: ``num_samples < 1``, ``limit < 1``, a ``k < 1``, ``temperature < 0``, or the split is empty.
+        ValueError: ``num_samples < 1``, ``limit < 1``, ``offset < 0`` or past the split's end, a ``k < 1``,
+            ``temperature < 0``, or the split is empty.
     """
     if num_samples < 1:
         raise ValueError(f"eval num_samples must be ≥ 1, got {num_samples}")
     if limit is not None and limit < 1:
         raise ValueError(f"eval limit must be ≥ 1 (or None for all problems), got {limit}")
+    if offset < 0:
+        raise ValueError(f"eval offset must be ≥ 0, got {offset}")
     if any(int(k) < 1 for k in ks):
         raise ValueError(f"eval ks must all be ≥ 1, got {list(ks)}")
     if not temperature >= 0:
@@ -96,12 +110,14 @@ def evaluate(
     all_problems = list(task.problems(split))
     if not all_problems:
         raise ValueError(f"task {getattr(task, 'name', task)!r} has no {split!r} problems")
-    problems = all_problems[:limit] if limit else all_problems
+    if offset >= len(all_problems):
+        raise ValueError(f"eval offset {offset} is past the end of the {split!r} split ({len(all_problems)} problems)")
+    problems = all_problems[offset : offset + limit] if limit else all_problems[offset:]
     total = max(len(all_problems), int(getattr(task, "source_sizes", {}).get(split, 0)))
     if engine is None:
         from rlvr.engines.hf import HFEngine
 
-        engine = HFEngine(model, tokenizer)
+        engine = HFEngine(model, tokenizer, max_batch_size=max(1, prompts_per_batch * n_draw))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
     sampler = GroupSampler(engine, encoder, pad)
@@ -110,14 +126,15 @@ def evaluate(
     bar = _progress_bar(len(problems), label, enabled=progress)
     t0 = time.perf_counter()
     per_problem: list[dict[str, Any]] = []
-    outcomes: dict[str, list[float]] = {}  # metric -> per-problem value
-    lengths, truncated, rewards, voted = [], [], [], 0
+    slim: list[dict[str, Any]] = []  # the records without texts, for summarize_records
+    generated = 0
     try:
         for start in range(0, len(problems), prompts_per_batch):
             chunk = problems[start : start + prompts_per_batch]
+            index = offset + start  # the batch's first problem in the whole split
             params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                                    seed=seed + start)
-            batch = sampler.sample(chunk, n_draw, params, first_group_id=start)
+                                    seed=seed + index)
+            batch = sampler.sample(chunk, n_draw, params, first_group_id=index)
             texts = scorer.decode(batch)
             lens, clipped = batch.completion_lengths.tolist(), batch.is_truncated.tolist()
             for p_i, prob in enumerate(chunk):
@@ -134,14 +151,8 @@ def evaluate(
                         "truncated": bool(clipped[r]),
                     })
                 rec = _problem_record(prob, samples, ks_used)
-                voted += sum(s["extracted"] is not None for s in samples)
-                for k in ks_used:
-                    outcomes.setdefault(f"pass@{k}", []).append(rec["pass"][str(k)])
-                    outcomes.setdefault(f"maj@{k}", []).append(rec["maj"][str(k)])
-                outcomes.setdefault("reward/mean", []).append(rec["mean_reward"])
-                lengths += [s["length"] for s in samples]
-                truncated += [s["truncated"] for s in samples]
-                rewards += [s["reward"] for s in samples]
+                slim.append({**rec, "question": None, "samples": [{**s, "text": None} for s in samples]})
+                generated += sum(s["length"] for s in samples)
                 per_problem.append({
                     "uid": prob.uid, "correct": rec["correct"], "n": rec["n"], "mean_reward": rec["mean_reward"],
                     "seen_in_train": rec["seen_in_train"], "sample": samples[0]["text"] if samples else "",
@@ -158,7 +169,8 @@ def evaluate(
         "model": label,
         "num_problems": len(problems),
         "num_problems_total": total,
-        "problems": f"{len(problems)} of {total}" if len(problems) < total else f"all {total}",
+        "problems": _problems_text(len(problems), total, offset),
+        "row_range": [offset, offset + len(problems)],
         "num_samples": n_draw,
         "temperature": temperature,
         "decoding": "greedy" if greedy else "sampled",
@@ -171,29 +183,11 @@ def evaluate(
         out["ks_skipped"] = ks_skipped
         out["ks_skipped_reason"] = ("temperature 0 is greedy: one sample per problem" if greedy
                                     else f"k > num_samples={num_samples}")
-    has_answers = voted > 0
-    for metric, values in outcomes.items():
-        if metric.startswith("maj@") and not has_answers:
-            continue  # the verifier extracts no answers: nothing to vote on
-        ci = mean_with_ci(values, seed=seed)
-        out[metric] = ci["mean"]
-        out[f"ci95/{metric}"] = ci["ci95"]
-        out[f"ci_method/{metric}"] = ci["ci_method"]
-    if not has_answers:
-        out["maj_skipped_reason"] = "the verifier extracted no answers (Verdict.extracted is always None)"
-    unseen = [p for p in per_problem if not p["seen_in_train"]]
-    if len(unseen) < len(per_problem):
-        out["unseen/num_problems"] = len(unseen)
-        for k in ks_used:
-            if unseen:
-                out[f"unseen/pass@{k}"] = mean_pass_at_k([p["n"] for p in unseen], [p["correct"] for p in unseen], k)
-    out["reward/pass_rate"] = sum(p["correct"] for p in per_problem) / sum(p["n"] for p in per_problem)
-    out["answers/extracted_ratio"] = voted / len(lengths)
-    out["completions/mean_length"] = sum(lengths) / len(lengths)
-    out["completions/clipped_ratio"] = sum(truncated) / len(truncated)
+    out.update(summarize_records(slim, ks_used, seed=seed))
     out["reward/verifier_errors"] = stats.errors
     out["time_s"] = round(elapsed, 2)
-    out["tokens_per_s"] = round(sum(lengths) / elapsed, 1) if elapsed > 0 else None
+    out["tokens_per_s"] = round(generated / elapsed, 1) if elapsed > 0 else None
+    out["torch_threads"] = torch.get_num_threads()
     out["per_problem"] = per_problem
     return out
 
@@ -217,6 +211,13 @@ def _problem_record(prob: Any, samples: list[dict[str, Any]], ks: Sequence[int])
         "majority_answer": _majority_answer(samples, keys),
         "samples": samples,
     }
+
+
+def _problems_text(n: int, total: int, offset: int) -> str:
+    """``"all 1319"``, ``"50 of 1319"`` or, for a shard, ``"192 of 1319 (rows 200–391)"`` (1-based, inclusive)."""
+    if n >= total and offset == 0:
+        return f"all {total}"
+    return f"{n} of {total}" + (f" (rows {offset + 1}–{offset + n})" if offset else "")
 
 
 def _majority_answer(samples: list[dict[str, Any]], keys: list[Any]) -> str | None:
