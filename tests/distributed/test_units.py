@@ -138,3 +138,17 @@ def test_fsdp_mixed_precision_follows_the_precision_policy():
     assert mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
     assert mixed_precision_for(torch.device("cpu"), resolve_precision("bf16", "cpu", log=False)) is None  # fp32 on CPU
     assert mixed_precision_for(torch.device("cuda", 0), resolve_precision("fp32", "cuda", log=False)) is None
+
+
+def test_checkpoint_modules_import_without_a_cycle():
+    """``dist_checkpoint`` must not need ``checkpoint`` (which dispatches to it): both share
+    ``checkpoint_state``. A fresh interpreter importing ``dist_checkpoint`` first would otherwise
+    half-initialise one of them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlvr.trainer.dist_checkpoint as d; "
+            "assert 'rlvr.trainer.checkpoint' not in sys.modules, 'dist_checkpoint imports checkpoint'; "
+            "import rlvr.trainer.checkpoint as c; assert c.load_distributed is d.load_distributed")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -29,14 +29,15 @@ from typing import Any
 
 import torch
 
-from rlvr.trainer.checkpoint import (
+from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
-    _load_round_state,
-    _save_round_state,
     capture_rng_state,
     data_fingerprint,
+    load_round_state,
+    require_complete,
     restore_rng_state,
+    save_round_state,
 )
 
 RANK_STATE = "rank_state.json"
@@ -83,7 +84,7 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
             dcp.save(_state_dicts(trainer), checkpoint_id=str(tmp / "dcp"))
             rank_dir = tmp / f"rank-{trainer.rank}"
             rank_dir.mkdir(parents=True, exist_ok=True)
-            rank_state = {"rng": capture_rng_state(), **_save_round_state(trainer, rank_dir)}
+            rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
             (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
             if trainer.rank == 0:
                 torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
@@ -122,9 +123,15 @@ def is_distributed_checkpoint(path: str | Path) -> bool:
     return (Path(path) / "dcp").is_dir()
 
 
-def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
+def load_distributed(trainer: Any, path: str | Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore a :func:`save_distributed` checkpoint into ``trainer`` (every rank; any world size,
     including one process without a process group).
+
+    Args:
+        trainer: the trainer to restore into.
+        path: the checkpoint folder.
+        state: its ``trainer_state.json`` when the caller already read it with
+            :func:`~rlvr.trainer.checkpoint_state.require_complete` (``load_checkpoint`` does).
 
     Returns:
         the shared ``trainer_state.json`` contents.
@@ -136,9 +143,7 @@ def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     path = Path(path)
-    if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
-        raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
-    state = json.loads((path / STATE_FILE).read_text())
+    state = dict(require_complete(path) if state is None else state)
     sd = _state_dicts(trainer)
     dcp.load(sd, checkpoint_id=str(path / "dcp"))
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
@@ -157,7 +162,7 @@ def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
     rank_state = json.loads((rank_dir / RANK_STATE).read_text())
     if not same:  # per-rank rollouts do not map onto other ranks: drop them (module docstring)
         rank_state = {**rank_state, "pending": None, "num_carry": 0}
-    _load_round_state(trainer, rank_dir, rank_state)
+    load_round_state(trainer, rank_dir, rank_state)
     restore_rng_state(rank_state["rng"])
     state["resharded_from"] = None if same else old_world
     return state
