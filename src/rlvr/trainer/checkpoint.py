@@ -39,8 +39,10 @@ from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers im
     load_round_state,
     pending_round_state,
     require_complete,
+    restore_counters,
     restore_rng_state,
     save_round_state,
+    trainer_counters,
 )
 from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
 from rlvr.trainer.run_dir import apply_umask, find_resumable
@@ -121,12 +123,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             stage = f"{STATE_FILE} and the round state"
             state = {
                 "version": CHECKPOINT_VERSION,
-                "global_step": trainer.global_step,
-                "generation_round": trainer.generation_round,
-                "rollout_round": getattr(trainer, "rollout_round", trainer.generation_round),
-                "weight_version": getattr(trainer, "weight_version", trainer.global_step),
-                "num_tokens": trainer.num_tokens,
-                "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
+                **trainer_counters(trainer),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
                 "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
@@ -200,14 +197,7 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
             raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    trainer.global_step = int(state["global_step"])
-    trainer.generation_round = int(state["generation_round"])
-    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
-    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
-    if getattr(trainer, "generation_sync", None) is not None:
-        trainer.generation_sync.version = -1  # the engine's weights predate the loaded ones: push before generating
-    trainer.num_tokens = int(state["num_tokens"])
-    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+    restore_counters(trainer, state)  # the engine's weights then predate the loaded ones: pushed before generating
     trainer.loader.load_state_dict(state["loader"])
     load_round_state(trainer, path, state)
     restore_rng_state(state["rng"])

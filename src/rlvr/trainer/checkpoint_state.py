@@ -21,6 +21,7 @@ import torch
 __all__ = [
     "STATE_FILE", "CHECKPOINT_VERSION", "capture_rng_state", "restore_rng_state", "pending_round_state",
     "file_digest", "data_fingerprint", "require_complete", "save_round_state", "load_round_state",
+    "trainer_counters", "restore_counters",
 ]
 
 STATE_FILE = "trainer_state.json"
@@ -37,6 +38,34 @@ def require_complete(path: Path) -> dict[str, Any]:
     if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
     return json.loads((path / STATE_FILE).read_text())
+
+
+def trainer_counters(trainer: Any) -> dict[str, int]:
+    """The trainer's progress counters, as both checkpoint writers store them in ``trainer_state.json``:
+    ``global_step``, ``generation_round``, ``rollout_round`` (seeds the next round's sampling: a resume
+    that lost it would draw other rollouts), ``weight_version``, ``num_tokens``, ``consecutive_nonfinite``."""
+    return {
+        "global_step": int(trainer.global_step),
+        "generation_round": int(trainer.generation_round),
+        "rollout_round": int(getattr(trainer, "rollout_round", trainer.generation_round)),
+        "weight_version": int(getattr(trainer, "weight_version", trainer.global_step)),
+        "num_tokens": int(trainer.num_tokens),
+        "consecutive_nonfinite": int(getattr(trainer, "consecutive_nonfinite", 0)),
+    }
+
+
+def restore_counters(trainer: Any, state: dict[str, Any]) -> None:
+    """Set :func:`trainer_counters` from a saved state (older files: ``rollout_round`` defaults to
+    ``generation_round``, ``weight_version`` to ``global_step``); the engine's weights then count as
+    stale (``generation_sync.version = -1``: pushed before the next round)."""
+    trainer.global_step = int(state["global_step"])
+    trainer.generation_round = int(state["generation_round"])
+    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
+    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
+    trainer.num_tokens = int(state["num_tokens"])
+    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1
 
 
 def capture_rng_state() -> dict[str, Any]:
