@@ -152,3 +152,22 @@ def test_checkpoint_modules_import_without_a_cycle():
             "import rlvr.trainer.checkpoint as c; assert c.load_distributed is d.load_distributed")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_both_checkpoint_writers_store_the_rollout_round():
+    """The next round's sampling seed comes from ``rollout_round``; the torchrun checkpoint used to drop
+    it, so a resumed job re-drew round 1's seed (the LoRA resume test in test_lora_fsdp.py caught it)."""
+    from types import SimpleNamespace
+
+    from rlvr.trainer.checkpoint_state import restore_counters, trainer_counters
+
+    src = SimpleNamespace(global_step=5, generation_round=3, rollout_round=4, weight_version=5, num_tokens=77,
+                          consecutive_nonfinite=1)
+    dst = SimpleNamespace(generation_sync=SimpleNamespace(version=5))
+    restore_counters(dst, trainer_counters(src))
+    assert (dst.global_step, dst.generation_round, dst.rollout_round, dst.weight_version, dst.num_tokens,
+            dst.consecutive_nonfinite) == (5, 3, 4, 5, 77, 1)
+    assert dst.generation_sync.version == -1  # the engine's weights are stale after a load
+    old = {"global_step": 2, "generation_round": 2, "num_tokens": 9}  # a file from before rollout_round
+    restore_counters(dst, old)
+    assert dst.rollout_round == 2 and dst.weight_version == 2
