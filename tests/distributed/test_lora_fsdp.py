@@ -46,14 +46,16 @@ def test_lora_under_fsdp2_matches_one_process_and_resumes_exactly(tmp_path):
     assert t["resume_step3_max_metric_diff"] == 0.0 and t["resume_adapters_max_diff"] == 0.0
 
 
-@pytest.mark.slow  # ~25 s of interpreter start-up; the worker above runs the same Trainer path in the default suite
-def test_two_rank_lora_cli_run_writes_a_loadable_adapter(tiny_folder, tmp_path):
+@pytest.mark.slow  # ~25 s each of interpreter start-up; the worker above runs the same Trainer path in the default suite
+@pytest.mark.parametrize("generation_weights", ["copy", "gathered"])
+def test_two_rank_lora_cli_run_writes_a_loadable_adapter(tiny_folder, tmp_path, generation_weights):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "run"
     proc = run_torchrun(["-m", "rlvr", "train", "--config", "grpo", *tiny_run_args(tiny_folder, out),
-                         "model.lora.r=4", "model.lora.alpha=8", "beta=0.05", "save_steps=2"])
+                         "model.lora.r=4", "model.lora.alpha=8", "beta=0.05", "save_steps=2",
+                         f"distributed.generation_weights={generation_weights}"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "FSDP2" in proc.stderr
     assert [r["step"] for r in metric_rows(out)] == [1, 2, 3]
