@@ -121,6 +121,47 @@ def worker(args: argparse.Namespace) -> None:
     shutdown()
 
 
+def gen_ab_worker(args: argparse.Namespace) -> None:
+    """Arm ``gen_ab``: generation on the ``copy`` vs on the ``gathered`` FSDP2 module, side by side in one
+    2-rank job — the same prompts and seeds (loader and round restored before each), alternated
+    ``--reps`` times, so both see the same machine load. No training: the two hold identical weights."""
+    from rlvr.config import build_config
+    from rlvr.distributed import DataParallel, init_distributed, shutdown
+    from rlvr.distributed.setup import local_config, use_fsdp
+    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.tasks import build_task
+    from rlvr.trainer.trainer import Trainer
+
+    cfg = build_config(overrides=[
+        "task.type=reasoning_gym", "task.name=chain_sum", f"num_generations={args.gens}",
+        f"generation_batch_size={args.prompts * args.gens}", "beta=0", f"max_completion_length={args.max_new}",
+        "max_prompt_length=256", f"logging.output_dir={args.run_dir}", "logging.progress=false",
+        "logging.tensorboard=false", "reward_timeout_s=0", f"distributed.num_threads={args.threads}",
+    ])
+    env = init_distributed("cpu", num_threads=args.threads)
+    model, tok = build_tiny_model(0) if args.model == "tiny" else load_policy(cfg.model)
+    dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=tok.pad_token_id)
+    tr = Trainer(local_config(cfg, env.world_size), model, tok, build_task(cfg.task), dp=dp, run_config=cfg)
+    copy_model, sync = tr.engine.model, tr.generation_sync
+    loader, rnd = tr.loader.state_dict(), tr.rollout_round
+    out: dict[str, list] = {"copy": [], "gathered": []}
+    for _ in range(args.reps):
+        for mode in ("copy", "gathered"):
+            tr.loader.load_state_dict(loader)
+            tr.rollout_round, tr.generation_round = rnd, rnd
+            gathered = mode == "gathered"
+            tr.engine.model = tr.engine._decode_model = tr.model if gathered else copy_model
+            tr._gather_for_generation, tr.generation_sync = gathered, None if gathered else sync
+            batch, m = tr.generate_batch()
+            tokens = dp.sum([float(batch.completion_mask.sum())])[0]
+            secs = dp.max([m["timing/generate_s"]])[0]
+            out[mode].append({"generate_s": secs, "tokens": tokens, "tokens_per_s": tokens / secs})
+    if env.rank == 0:
+        Path(args.result).write_text(json.dumps({"world_size": env.world_size, "threads_per_process": env.threads,
+                                                 "reps": out, "rows": []}))
+    shutdown()
+
+
 def run_arm(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     res = tmp / f"{name}.json"
     common = [str(Path(__file__).resolve()), "--worker", "--model", args.model, "--steps", str(args.steps),
@@ -128,6 +169,9 @@ def run_arm(name: str, args: argparse.Namespace, tmp: Path) -> dict:
               "--run-dir", str(tmp / name), "--result", str(res)]
     if name == "single":
         cmd = [sys.executable, *common, "--threads", "2"]
+    elif name == "gen_ab":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *common,
+               "--threads", "1", "--gen-ab", "--reps", str(args.reps)]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *common,
                "--threads", "1", *(["--replicated"] if name == "replicated" else []),
@@ -141,6 +185,9 @@ def run_arm(name: str, args: argparse.Namespace, tmp: Path) -> dict:
 
 
 def summarise(arm: dict) -> dict:
+    if "reps" in arm:  # gen_ab: median generation rate per mode (first rep of each included: same warm-up state)
+        return {f"{mode}_{k}": statistics.median(r[k] for r in reps) for mode, reps in arm["reps"].items()
+                for k in ("generate_s", "tokens_per_s")}
     rows = arm["rows"][1:] or arm["rows"]
     med = {k: statistics.median(r.get(f"timing/{k}", 0.0) for r in rows) for k in PHASES}
     med["tokens_per_s"] = statistics.median(r["perf/tokens_per_s"] for r in rows)
@@ -163,11 +210,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--replicated", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--gathered", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--gen-ab", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--reps", type=int, default=3, help="gen_ab: alternations of copy and gathered generation")
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args)
+        gen_ab_worker(args) if args.gen_ab else worker(args)
         return
     import torch
 
@@ -200,12 +249,18 @@ def main() -> None:
           + f"{'load1':>7}")
     for name, arm in result["arms"].items():
         m = arm["median"]
+        if name == "gen_ab":
+            continue
         print(f"{name:<15}" + "".join(f"{m[k]:>12.2f}" for k in PHASES) + f"{m['tokens_per_s']:>8.1f}"
               + f"{m.get('generated_tokens_per_s', float('nan')):>10.1f}{arm.get('load_avg_1_5_15_before', [float('nan')])[0]:>7.2f}")
     print(f"\nper rank (MiB): {'arm':<15}{'rank':>5}{'RSS load':>10}{'RSS setup':>10}{'RSS end':>9}{'peak RSS':>9}"
           f"{'params':>8}{'optim':>7}{'gen copy':>9}")
+    if "gen_ab" in result["arms"]:
+        m = result["arms"]["gen_ab"]["median"]
+        print(f"\ngen_ab (same prompts and seeds, alternated): copy {m['copy_tokens_per_s']:.1f} tok/s "
+              f"({m['copy_generate_s']:.1f} s), gathered {m['gathered_tokens_per_s']:.1f} tok/s ({m['gathered_generate_s']:.1f} s)")
     for name, arm in result["arms"].items():
-        for i, mem in enumerate(arm["memory_per_rank"]):
+        for i, mem in enumerate(arm.get("memory_per_rank", [])):
             print(f"{'':16}{name:<15}{mem.get('rank', i):>5}{mem.get('rss_after_load_mb', float('nan')):>10.0f}"
                   f"{mem.get('rss_after_setup_mb', float('nan')):>10.0f}{mem.get('rss_after_train_mb', float('nan')):>9.0f}"
                   f"{mem.get('peak_rss_mb', float('nan')):>9.0f}{mem['param_bytes'] / 2**20:>8.0f}"
