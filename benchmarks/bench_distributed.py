@@ -7,6 +7,8 @@ Arms (each a fresh process or process group, run one after another):
 * ``fsdp2``       — ``torchrun --standalone --nproc_per_node 2``, 1 thread each, FSDP2 policy + generation copy;
 * ``fsdp2_gathered`` — FSDP2 generating on the gathered module (``distributed.generation_weights=gathered``);
 * ``replicated``  — the same with ``distributed.fsdp=false`` (full model per rank, all-reduced gradients).
+* ``gen_ab``      — one 2-rank FSDP2 job generating alternately on the copy and on the gathered module, the
+  same prompts and seeds each time (``--reps`` alternations): the side-by-side generation comparison.
 
 Settings: GRPO, reasoning-gym ``chain_sum``, ``--prompts`` prompts × ``--gens`` completions per round
 (global; each rank of 2 draws half), ``--max-new`` new tokens, fp32, μ = 1, micro-batches of 8 rows.
