@@ -178,3 +178,18 @@ def test_version(capsys):
 def test_python_dash_m_rlvr_runs_the_cli():
     r = subprocess.run([sys.executable, "-m", "rlvr", "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("rlvr ")
+
+
+def test_overwrite_keeps_the_old_run_when_the_new_data_is_bad(tmp_path, capsys):
+    """The data check (exit 2) runs before ``--overwrite`` deletes anything: a typo in the new run's
+    data must not cost the old run."""
+    assert _train(tmp_path) == 0
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n{not json\n")
+    capsys.readouterr()
+    assert _train(tmp_path, "--overwrite", "task.type=jsonl", f"task.path={bad}", "task.eval_size=1") == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2" in err, err
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == rows  # the old run is untouched
+    assert (tmp_path / "run" / "final").is_dir()

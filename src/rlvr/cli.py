@@ -225,6 +225,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if launched else 1
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
+    from rlvr.engines.factory import check_engine_config
+    from rlvr.tasks import build_task
+
+    task = build_task(cfg.task)
+    task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    check_engine_config(cfg)
     if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
         _prepare_output_dir(cfg, args)
     try:
@@ -233,28 +239,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return _train(cfg, local_cfg, ckpt, env, args)
+        return _train(cfg, local_cfg, ckpt, env, task, args)
     finally:
         shutdown()
 
 
-def _train(cfg, local_cfg, ckpt, env, args: argparse.Namespace | None = None) -> int:
-    """Load task and model, build this rank's trainer, resume, train (one process or one rank of a
-    ``torchrun`` job; only rank 0 writes the output dir and prints)."""
+def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None) -> int:
+    """Load the model, build this rank's trainer over ``task`` (built and checked by :func:`cmd_train`),
+    resume, train (one process or one rank of a ``torchrun`` job; only rank 0 writes the output dir and
+    prints)."""
     from rlvr.distributed import DataParallel
     from rlvr.distributed.setup import use_fsdp
     from rlvr.models import load_policy
-    from rlvr.tasks import build_task
     from rlvr.trainer.checkpoint import load_checkpoint
     from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
-    from rlvr.engines.factory import check_engine_config
-
     main_rank = env.rank == 0
-    task = build_task(cfg.task)
-    task.problems("train")  # surface data errors before the model loads
-    check_engine_config(cfg)
     model, tokenizer = load_policy(cfg.model)
     out = Path(cfg.logging.output_dir)
     if main_rank:

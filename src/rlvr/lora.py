@@ -175,8 +175,17 @@ def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
     never modified. Shapes are those of the base weights; computed without gradient. This is what a
     full-weight sync sends to an engine (``engine.load_weights``).
     """
-    with torch.no_grad():
-        return {f"{name}.weight": _merge_into(layer) for name, layer in _lora_layers(model)}
+    return dict(iter_merged(model))
+
+
+def iter_merged(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`merged_state_dict` one tensor at a time (``(name, W + ΔW)``, module order), so a consumer
+    that copies each away (``WeightSync.push``) holds one merged weight at a time. Under FSDP2 call it
+    inside the gathered context (``DataParallel.inference``): it reads full parameters."""
+    for name, layer in _lora_layers(model):
+        with torch.no_grad():
+            merged = _merge_into(layer)
+        yield f"{name}.weight", merged
 
 
 def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
@@ -185,17 +194,30 @@ def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
     return _peft().get_peft_model_state_dict(model)
 
 
-def generation_copy(model: Any) -> torch.nn.Module:
+def generation_copy(model: Any, *, share: bool = True) -> torch.nn.Module:
     """A plain causal LM for sampling: adapted modules become ordinary ``nn.Linear`` with their own
-    weight storage; every other parameter and buffer is *shared* with ``model`` (frozen, so sharing is
-    safe). Fill it with :func:`merged_state_dict` before use."""
+    weight storage.
+
+    Args:
+        model: the peft policy (full, unsharded tensors).
+        share: every other parameter and buffer is *shared* with ``model`` (frozen, so sharing is safe);
+            fill the copy with :func:`merged_state_dict` (or :class:`MergedWeightSync`) before use.
+            ``False``: they are copied and the adapted weights are filled with ``W + ΔW`` now — the
+            copy owns all its tensors, so it survives ``model`` being sharded afterwards (FSDP2 replaces
+            the policy's parameters by shards; the torchrun generation copy,
+            :func:`rlvr.distributed.setup.prepare_models`). Costs one full model per process.
+    """
     base = base_causal_lm(model)
     layers = dict(_lora_layers(model))
     memo: dict[int, Any] = {}
-    for p in base.parameters():  # share every base tensor; adapted weights get their own below
-        memo[id(p)] = p
-    for b in base.buffers():
-        memo[id(b)] = b
+    if share:
+        for p in base.parameters():  # share every base tensor; adapted weights get their own below
+            memo[id(p)] = p
+        for b in base.buffers():
+            memo[id(b)] = b
+    else:  # copy everything except the adapted base weights (replaced below, never copied)
+        for layer in layers.values():
+            memo[id(layer.get_base_layer().weight)] = layer.get_base_layer().weight
     for layer in layers.values():  # the adapter modules are not copied at all
         for sub in (layer.lora_A, layer.lora_B, layer.lora_dropout):
             memo[id(sub)] = torch.nn.ModuleDict()
@@ -208,12 +230,18 @@ def generation_copy(model: Any) -> torch.nn.Module:
                               device=src.weight.device, dtype=src.weight.dtype)
         lin.weight.requires_grad_(False)
         if src.bias is not None:
-            lin.bias = src.bias
+            lin.bias = src.bias if share else torch.nn.Parameter(src.bias.detach().clone(), requires_grad=False)
+        if not share:
+            with torch.no_grad():
+                _merge_into(layer, lin.weight.data)
         parent_name, _, child = name.rpartition(".")
         parent = gen.get_submodule(parent_name) if parent_name else gen
         setattr(parent, child, lin)
     gen.eval()  # shared tensors keep their own requires_grad (the frozen base: False)
-    object.__setattr__(gen, "rlvr_generation_copy_of", base)  # not a submodule: no state_dict entry
+    if share:
+        object.__setattr__(gen, "rlvr_generation_copy_of", base)  # not a submodule: no state_dict entry
+    else:
+        gen.requires_grad_(False)
     return gen
 
 

@@ -45,6 +45,22 @@ def make_batch(num_groups=6, G=4, seed=0):
     return b
 
 
+def near_policy(batch, model, seed=0):
+    """Set ``old_logp`` and ``ref_logp`` to ``model``'s log-probs plus noise (std 0.2, masked).
+
+    Random log-probs far from the model's put every token at the KL estimator's clamp
+    (``low_var_kl`` caps at 10: zero gradient) and most ratios outside the clip range, which would
+    make the KL-on cases compare nothing but the KL-off gradient."""
+    from rlvr.trainer.forward import batch_logprobs
+
+    logp = batch_logprobs(model, batch, pad_token_id=0, rows_per_micro=4)[0]
+    g = torch.Generator().manual_seed(seed)
+    m = batch.completion_mask
+    batch.old_logp = (logp + 0.2 * torch.randn(logp.shape, generator=g)) * m
+    batch.ref_logp = (logp + 0.2 * torch.randn(logp.shape, generator=g)) * m
+    return batch
+
+
 def drop_mask(micro, logp, old_logp):
     """A deterministic 'drop' mask: every third completion token of each row leaves the loss."""
     m = torch.ones_like(micro.completion_mask)
@@ -65,11 +81,11 @@ def grads(model):
 def main():
     env = init_distributed("cpu")
     torch.manual_seed(0)
-    batch = make_batch()
+    base, tok = build_tiny_model(0)
+    batch = near_policy(make_batch(), base)
     half = batch.group_id.unique().numel() // env.world_size
     mine = [i for i, gid in enumerate(batch.group_id.tolist()) if gid // half == env.rank]
     local = batch.select(mine)
-    base, tok = build_tiny_model(0)
     replicated = build_tiny_model(0)[0]
     sharded = build_tiny_model(0)[0]
     shard_policy(sharded, device=env.device)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rlvr.cli import _load_config, _train, build_parser
 from rlvr.distributed import init_distributed, shutdown
 from rlvr.distributed.setup import local_config
+from rlvr.tasks import build_task
 
 from tests.distributed.conftest import metric_rows, tiny_run_args
 
@@ -52,7 +53,7 @@ def main():
             recipe = name.split("+")[0]
             args = build_parser().parse_args(["train", "--config", recipe, *tiny_run_args(model_dir, out), *RECIPES[name]])
             cfg = _load_config(args)
-            _train(cfg, local_config(cfg, env.world_size), None, env)
+            _train(cfg, local_config(cfg, env.world_size), None, env, build_task(cfg.task))
             tr = trainers[-1]  # every rank's prompt loader is at the same place (also after dynamic sampling)
             states = tr.dp.gather(tr.loader.state_dict())
             assert all(st == states[0] for st in states), (name, states)

@@ -31,3 +31,6 @@ def test_two_ranks_give_the_one_process_gradient_for_every_mode(tmp_path):
     for case, (diff, scale) in res.items():
         assert scale > 0, f"{case}: zero gradient (the comparison would be vacuous)"
         assert diff <= 1e-5 * scale, f"{case}: max |Δgrad| {diff:.3g} vs max |grad| {scale:.3g}"
+    for k in res:  # the KL term reaches the gradient (old/ref log-probs near the policy's, not clamped)
+        if "beta=0.1" in k:
+            assert res[k][1] != res[k.replace("beta=0.1", "beta=0.0")][1], k

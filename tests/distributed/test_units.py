@@ -138,3 +138,36 @@ def test_fsdp_mixed_precision_follows_the_precision_policy():
     assert mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
     assert mixed_precision_for(torch.device("cpu"), resolve_precision("bf16", "cpu", log=False)) is None  # fp32 on CPU
     assert mixed_precision_for(torch.device("cuda", 0), resolve_precision("fp32", "cuda", log=False)) is None
+
+
+def test_checkpoint_modules_import_without_a_cycle():
+    """``dist_checkpoint`` must not need ``checkpoint`` (which dispatches to it): both share
+    ``checkpoint_state``. A fresh interpreter importing ``dist_checkpoint`` first would otherwise
+    half-initialise one of them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlvr.trainer.dist_checkpoint as d; "
+            "assert 'rlvr.trainer.checkpoint' not in sys.modules, 'dist_checkpoint imports checkpoint'; "
+            "import rlvr.trainer.checkpoint as c; assert c.load_distributed is d.load_distributed")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_both_checkpoint_writers_store_the_rollout_round():
+    """The next round's sampling seed comes from ``rollout_round``; the torchrun checkpoint used to drop
+    it, so a resumed job re-drew round 1's seed (the LoRA resume test in test_lora_fsdp.py caught it)."""
+    from types import SimpleNamespace
+
+    from rlvr.trainer.checkpoint_state import restore_counters, trainer_counters
+
+    src = SimpleNamespace(global_step=5, generation_round=3, rollout_round=4, weight_version=5, num_tokens=77,
+                          consecutive_nonfinite=1)
+    dst = SimpleNamespace(generation_sync=SimpleNamespace(version=5))
+    restore_counters(dst, trainer_counters(src))
+    assert (dst.global_step, dst.generation_round, dst.rollout_round, dst.weight_version, dst.num_tokens,
+            dst.consecutive_nonfinite) == (5, 3, 4, 5, 77, 1)
+    assert dst.generation_sync.version == -1  # the engine's weights are stale after a load
+    old = {"global_step": 2, "generation_round": 2, "num_tokens": 9}  # a file from before rollout_round
+    restore_counters(dst, old)
+    assert dst.rollout_round == 2 and dst.weight_version == 2

@@ -70,7 +70,11 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
 
     With FSDP2 the generation copy is a ``deepcopy`` of the still-full policy, taken before sharding
     (kept in eval mode, no gradients), unless ``distributed.generation_weights=gathered``: the engine
-    then gets the sharded policy itself (the trainer gathers it for each generation round). The optimizer must be built after this call.
+    then gets the sharded policy itself (the trainer gathers it for each generation round). A LoRA
+    policy (a ``peft`` model) is sharded whole — frozen base and adapters in the same per-layer groups —
+    and its generation copy is :func:`rlvr.lora.generation_copy` (``share=False``): a plain causal LM
+    whose adapted projections hold ``W + ΔW``, re-merged after each update (``Trainer.sync_weights``).
+    The optimizer must be built after this call.
     """
     model.to(env.device)
     if ref_model is not None:
@@ -78,7 +82,14 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     if not use_fsdp(cfg, env.world_size) or env.backend is None:
         return PreparedModels(model, ref_model, model, sharded=False)
     gathered = cfg.distributed.generation_weights == "gathered"
-    gen = None if gathered else copy.deepcopy(model).eval().requires_grad_(False)
+    from rlvr.lora import generation_copy, is_peft_model
+
+    if gathered:
+        gen = None
+    elif is_peft_model(model):  # LoRA: a plain LM with W + ΔW in the adapted projections, owning its tensors
+        gen = generation_copy(model, share=False)
+    else:
+        gen = copy.deepcopy(model).eval().requires_grad_(False)
     # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
     # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
     from rlvr.precision import resolve_precision

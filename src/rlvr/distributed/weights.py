@@ -9,7 +9,7 @@ the tensors and reload, or stream them) and needs nothing else from the trainer.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol, runtime_checkable
+from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 import torch
 
@@ -32,13 +32,18 @@ class WeightSync(Protocol):
         """Make the engine use these weights from now on."""
 
 
-def full_named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def full_named_tensors(
+    model: torch.nn.Module, keep: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` of ``model.state_dict()`` with sharded ``DTensor`` s gathered to full tensors.
 
     A collective when the model is sharded: every rank must drain the iterator (one all-gather per
-    tensor, in ``state_dict`` order).
+    tensor, in ``state_dict`` order). ``keep(name)`` selects tensors (the same names on every rank; e.g.
+    a LoRA policy's adapter tensors only); default all.
     """
     for name, t in model.state_dict().items():
+        if keep is not None and not keep(name):
+            continue
         if hasattr(t, "full_tensor"):
             t = t.full_tensor()
         yield name, t.detach()

@@ -19,92 +19,37 @@ updates already done are skipped.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlvr.errors import RlvrError
 from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
+from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
+    CHECKPOINT_VERSION,
+    STATE_FILE,
+    capture_rng_state,
+    data_fingerprint,
+    file_digest,
+    load_round_state,
+    pending_round_state,
+    require_complete,
+    restore_counters,
+    restore_rng_state,
+    save_round_state,
+    trainer_counters,
+)
+from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
 from rlvr.trainer.run_dir import apply_umask, find_resumable
 
-STATE_FILE = "trainer_state.json"
-CHECKPOINT_VERSION = 2
 IGNORED_ON_RESUME = ("max_steps", "logging", "save_steps", "eval", "max_idle_rounds", "vllm")
 """Config keys (and sections) that may change between a run and its resumption (``vllm``: where and how the
 server runs, not what it computes)."""
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch global RNG states as JSON-serialisable lists."""
-    py = random.getstate()
-    np_state = np.random.get_state()
-    return {
-        "python": [py[0], list(py[1]), py[2]],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state().tolist(),
-    }
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Restore a state captured by :func:`capture_rng_state`."""
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-
-
-def pending_round_state(trainer: Any, batch: Any) -> dict[str, Any]:
-    """What a checkpoint needs to re-plan ``batch`` identically: call just before ``schedule.plan``.
-
-    Returns:
-        ``{"batch", "schedule_state", "rng", "plan_step", "next_index": 0, "num_opt_batches": None}``.
-    """
-    return {
-        "batch": batch,
-        "schedule_state": copy.deepcopy(trainer.schedule.state_dict()),
-        "rng": capture_rng_state(),
-        "plan_step": trainer.global_step,
-        "next_index": 0,
-        "num_opt_batches": None,
-    }
-
-
-def file_digest(path: str | Path) -> str:
-    """``sha256:<hex>`` of a file's bytes, or of a folder's files (relative names and bytes, sorted)."""
-    h = hashlib.sha256()
-    p = Path(path)
-    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    for f in files:
-        if p.is_dir():
-            h.update(str(f.relative_to(p)).encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
-def data_fingerprint(task_cfg: Any) -> dict[str, str]:
-    """Content hashes of the task's local data files: ``{"task.path": digest, "task.eval_path": ...}``.
-
-    Only keys whose value names an existing local file or folder are included (hub datasets and
-    generated reasoning-gym data are covered by the config comparison instead).
-    """
-    out: dict[str, str] = {}
-    for key in ("path", "eval_path"):
-        value = getattr(task_cfg, key, None)
-        if value and Path(value).expanduser().exists():
-            out[f"task.{key}"] = file_digest(Path(value).expanduser())
-    return out
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -178,18 +123,13 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             stage = f"{STATE_FILE} and the round state"
             state = {
                 "version": CHECKPOINT_VERSION,
-                "global_step": trainer.global_step,
-                "generation_round": trainer.generation_round,
-                "rollout_round": getattr(trainer, "rollout_round", trainer.generation_round),
-                "weight_version": getattr(trainer, "weight_version", trainer.global_step),
-                "num_tokens": trainer.num_tokens,
-                "consecutive_nonfinite": getattr(trainer, "consecutive_nonfinite", 0),
+                **trainer_counters(trainer),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
                 "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
                 "data": data_fingerprint(trainer.cfg.task),
             }
-            state.update(_save_round_state(trainer, tmp))
+            state.update(save_round_state(trainer, tmp))
             (tmp / STATE_FILE).write_text(json.dumps(state))
         stage = ".complete"
         with open(tmp / ".complete", "w") as f:
@@ -236,13 +176,10 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     """
     from safetensors.torch import load_file
 
-    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
-
     path = Path(path)
-    if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
-        raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
+    state = require_complete(path)
     if is_distributed_checkpoint(path):  # written under torchrun: DCP, loadable onto any world size
-        return load_distributed(trainer, path)
+        return load_distributed(trainer, path, state)
     if getattr(trainer, "world_size", 1) > 1:
         raise RuntimeError(
             f"{path} was written by a single-process run; resuming it under torchrun is not supported "
@@ -260,86 +197,8 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
             raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    state = json.loads((path / STATE_FILE).read_text())
-    trainer.global_step = int(state["global_step"])
-    trainer.generation_round = int(state["generation_round"])
-    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
-    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
-    if getattr(trainer, "generation_sync", None) is not None:
-        trainer.generation_sync.version = -1  # the engine's weights predate the loaded ones: push before generating
-    trainer.num_tokens = int(state["num_tokens"])
-    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+    restore_counters(trainer, state)  # the engine's weights then predate the loaded ones: pushed before generating
     trainer.loader.load_state_dict(state["loader"])
-    _load_round_state(trainer, path, state)
+    load_round_state(trainer, path, state)
     restore_rng_state(state["rng"])
     return state
-
-
-def _split_schedule_state(sched: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    tensors = sched.get("tensors") or {}
-    plain = {k: v for k, v in sched.items() if k != "tensors"}
-    return plain, {k: v.detach().contiguous().clone() for k, v in tensors.items()}
-
-
-def _save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
-    """Write the pending generation batch, dynamic-sampling carry and schedule state; return the JSON part."""
-    from safetensors.torch import save_file
-
-    from rlvr.rollout_io import save_rollouts
-
-    out: dict[str, Any] = {}
-    pending = getattr(trainer, "pending_round", None)
-    n = pending.get("num_opt_batches") if pending else None
-    if pending is not None and n is not None and pending["next_index"] < n:
-        save_rollouts(pending["batch"], folder, "pending")
-        sched = pending["schedule_state"]
-        out["pending"] = {"next_index": int(pending["next_index"]), "num_opt_batches": int(n),
-                          "plan_step": int(pending["plan_step"]), "rng": pending["rng"]}
-    else:
-        sched = trainer.schedule.state_dict() if hasattr(trainer.schedule, "state_dict") else {}
-    plain, tensors = _split_schedule_state(sched or {})
-    out["schedule"] = plain
-    if tensors:
-        save_file(tensors, str(folder / "schedule.safetensors"))
-        out["schedule_tensors"] = sorted(tensors)
-    carry = getattr(trainer, "_carry", None) or []
-    for k, b in enumerate(carry):
-        save_rollouts(b, folder, f"carry-{k}")
-    out["num_carry"] = len(carry)
-    pipe = getattr(trainer, "_pipeline", None)  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
-    if pipe is not None:
-        st = pipe.state()
-        for k, (b, _, _) in enumerate(st["ready"]):
-            save_rollouts(b, folder, f"queued-{k}")
-        out["async"] = {"round_index": st["round_index"], "started": st["started"],
-                        "metrics": [m for _, m, _ in st["ready"]], "sources": [src for _, _, src in st["ready"]]}
-    return out
-
-
-def _load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
-    from safetensors.torch import load_file
-
-    from rlvr.rollout_io import load_rollouts
-
-    sched = dict(state.get("schedule", {}))
-    if state.get("schedule_tensors"):
-        sched["tensors"] = load_file(str(path / "schedule.safetensors"))
-    problems = getattr(getattr(trainer, "loader", None), "problems", None) or []
-    by_uid = {getattr(p, "uid", None): p for p in problems}
-    trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
-    pipe, a = getattr(trainer, "_pipeline", None), state.get("async")
-    if pipe is not None and a is not None:
-        ready = [(load_rollouts(path, f"queued-{k}", problems_by_uid=by_uid), m, int(src))
-                 for k, (m, src) in enumerate(zip(a["metrics"], a["sources"]))]
-        pipe.load_state({"ready": ready, "round_index": a["round_index"], "started": a["started"]})
-    p = state.get("pending")
-    if p:
-        trainer._resume_round = {
-            "batch": load_rollouts(path, "pending", problems_by_uid=by_uid), "schedule_state": sched,
-            "rng": p["rng"], "plan_step": int(p["plan_step"]), "next_index": int(p["next_index"]),
-            "num_opt_batches": int(p["num_opt_batches"]),
-        }
-    else:
-        trainer._resume_round = None
-        if hasattr(trainer.schedule, "load_state_dict"):
-            trainer.schedule.load_state_dict(sched)

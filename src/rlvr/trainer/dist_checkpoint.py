@@ -4,8 +4,9 @@ Layout of ``checkpoint-N/`` (every rank writes its part into one temporary folde
 into place after a barrier, so a kill leaves the previous checkpoint or the new one):
 
 * ``dcp/`` — ``torch.distributed.checkpoint`` of ``{"model", "optim"}`` (``get_state_dict``: FSDP2 shards
-  or replicated tensors), loadable onto any world size (DCP reshards);
+  or replicated tensors; a LoRA policy's adapters only), loadable onto any world size (DCP reshards);
 * ``model.safetensors`` + config + tokenizer — the full policy gathered to rank 0 (``rlvr eval`` reads it);
+  for a LoRA policy peft's adapter folder instead (``adapter_model.safetensors``, ``rlvr_base_model.json``);
 * ``scheduler.pt``, ``trainer_state.json`` — shared state (step, round, loader position: the same on every
   rank, :class:`rlvr.distributed.data.RankPromptLoader`), with ``"world_size"``;
 * ``rank-R/`` — rank R's RNG states, schedule state, pending generation batch and dynamic-sampling carry
@@ -29,35 +30,59 @@ from typing import Any
 
 import torch
 
-from rlvr.trainer.checkpoint import (
+from rlvr.lora import is_peft_model, write_base_model_spec
+from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
-    _load_round_state,
-    _save_round_state,
     capture_rng_state,
     data_fingerprint,
+    load_round_state,
+    require_complete,
+    restore_counters,
     restore_rng_state,
+    save_round_state,
+    trainer_counters,
 )
 
 RANK_STATE = "rank_state.json"
 
 
+def _options(trainer: Any) -> Any:
+    """DCP state-dict options: a LoRA policy stores only its trainable (adapter) tensors — the frozen
+    base is the model folder it was loaded from and never changes (``ignore_frozen_params``); loading
+    then sets those tensors only (``strict=False``: the base is absent by design; an adapter the
+    checkpoint lacks still fails, in ``dcp.load``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    lora = is_peft_model(trainer.model)
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+
+
 def _state_dicts(trainer: Any) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    msd, osd = get_state_dict(trainer.model, trainer.optimizer)
+    msd, osd = get_state_dict(trainer.model, trainer.optimizer, options=_options(trainer))
     return {"model": msd, "optim": osd}
 
 
 def _write_hf_folder(trainer: Any, folder: Path) -> None:
     """Gather the full policy (every rank: one all-gather per sharded tensor) and write it as a Hugging
-    Face folder (rank 0, ``save_pretrained(state_dict=...)``)."""
+    Face folder (rank 0, ``save_pretrained(state_dict=...)``).
+
+    A LoRA policy gathers only its adapter tensors and rank 0 writes peft's adapter format
+    (``adapter_config.json`` + ``adapter_model.safetensors``, loadable with ``PeftModel.from_pretrained``)
+    plus ``rlvr_base_model.json``, as a one-process LoRA run does.
+    """
     from rlvr.distributed.weights import full_named_tensors
 
-    full = dict(full_named_tensors(trainer.model))
+    lora = is_peft_model(trainer.model)
+    keep = (lambda name: ".lora_" in name) if lora else None
+    full = dict(full_named_tensors(trainer.model, keep=keep))
     if trainer.rank == 0:
         trainer.model.save_pretrained(folder, state_dict=full, safe_serialization=True)
         trainer.tokenizer.save_pretrained(folder)
+        if lora:
+            write_base_model_spec(trainer.model, folder)
 
 
 def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False) -> Path:
@@ -83,15 +108,13 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
             dcp.save(_state_dicts(trainer), checkpoint_id=str(tmp / "dcp"))
             rank_dir = tmp / f"rank-{trainer.rank}"
             rank_dir.mkdir(parents=True, exist_ok=True)
-            rank_state = {"rng": capture_rng_state(), **_save_round_state(trainer, rank_dir)}
+            rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
             (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
             if trainer.rank == 0:
                 torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
                 state = {
                     "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
-                    "global_step": trainer.global_step, "generation_round": trainer.generation_round,
-                    "num_tokens": trainer.num_tokens, "weight_version": trainer.weight_version,
-                    "consecutive_nonfinite": trainer.consecutive_nonfinite,
+                    **trainer_counters(trainer),
                     "loader": trainer.loader.state_dict(),
                     "config": trainer.run_config.model_dump(mode="json"),
                     "data": data_fingerprint(trainer.cfg.task),
@@ -122,9 +145,15 @@ def is_distributed_checkpoint(path: str | Path) -> bool:
     return (Path(path) / "dcp").is_dir()
 
 
-def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
+def load_distributed(trainer: Any, path: str | Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore a :func:`save_distributed` checkpoint into ``trainer`` (every rank; any world size,
     including one process without a process group).
+
+    Args:
+        trainer: the trainer to restore into.
+        path: the checkpoint folder.
+        state: its ``trainer_state.json`` when the caller already read it with
+            :func:`~rlvr.trainer.checkpoint_state.require_complete` (``load_checkpoint`` does).
 
     Returns:
         the shared ``trainer_state.json`` contents.
@@ -136,20 +165,13 @@ def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     path = Path(path)
-    if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
-        raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
-    state = json.loads((path / STATE_FILE).read_text())
+    state = dict(require_complete(path) if state is None else state)
     sd = _state_dicts(trainer)
     dcp.load(sd, checkpoint_id=str(path / "dcp"))
-    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"],
+                   options=_options(trainer))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    trainer.global_step = int(state["global_step"])
-    trainer.generation_round = int(state["generation_round"])
-    trainer.num_tokens = int(state["num_tokens"])
-    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
-    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
-    if getattr(trainer, "generation_sync", None) is not None:
-        trainer.generation_sync.version = -1  # the engine's copy predates the loaded weights
+    restore_counters(trainer, state)  # incl. rollout_round (the next round's sampling seed)
     trainer.loader.load_state_dict(state["loader"])
     old_world = int(state.get("world_size", 1))
     same = old_world == trainer.world_size
@@ -157,7 +179,7 @@ def load_distributed(trainer: Any, path: str | Path) -> dict[str, Any]:
     rank_state = json.loads((rank_dir / RANK_STATE).read_text())
     if not same:  # per-rank rollouts do not map onto other ranks: drop them (module docstring)
         rank_state = {**rank_state, "pending": None, "num_carry": 0}
-    _load_round_state(trainer, rank_dir, rank_state)
+    load_round_state(trainer, rank_dir, rank_state)
     restore_rng_state(rank_state["rng"])
     state["resharded_from"] = None if same else old_world
     return state

@@ -26,7 +26,7 @@ from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RlvrError
 from rlvr.loggers import build_trackers, check_report_to
-from rlvr.lora import apply_lora, is_peft_model, lora_engine, reference_policy
+from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, iter_merged, lora_engine, reference_policy
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -172,8 +172,6 @@ class Trainer:
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
-        if lora and self.world_size > 1:
-            raise RlvrError("LoRA (model.lora.r > 0) under torchrun is not supported yet: run it in one process")
         if cfg.model.lora.r > 0 and not is_peft_model(model):
             spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
             model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
@@ -195,7 +193,13 @@ class Trainer:
         self.precision = apply_precision(model, cfg.model.dtype)
         validate_components(cfg)  # before a server is started
         self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
-        if engine is None and lora:
+        self._lora_sharded = lora and sharded  # torchrun + FSDP2: the copy is re-merged through generation_sync
+        if engine is None and self._lora_sharded:
+            from rlvr.engines.hf import HFEngine
+
+            # the separate merged copy, or (generation_weights=gathered) the peft layers of the gathered policy
+            engine = HFEngine(base_causal_lm(gen_model), tokenizer, precision=self.precision)
+        elif engine is None and lora:
             engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
                                                    precision=self.precision)
         elif engine is None:
@@ -301,7 +305,11 @@ class Trainer:
         if ws is not None and ws.version != self.weight_version:
             from rlvr.distributed.weights import full_named_tensors
 
-            ws.push(full_named_tensors(self.model), self.weight_version)
+            if self._lora_sharded:  # only the adapted projections change: push W + ΔW, computed on gathered weights
+                with self.dp.inference(self.model):
+                    ws.push(iter_merged(self.model), self.weight_version)
+            else:
+                ws.push(full_named_tensors(self.model), self.weight_version)
 
     def _needs_trainer_old_logp(self) -> bool:
         cfg = self.cfg

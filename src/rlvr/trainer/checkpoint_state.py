@@ -1,0 +1,202 @@
+"""What every checkpoint writer shares: file names, version, RNG capture, data fingerprints, the
+completeness check and the per-process round state (pending batch, carry, schedule, async queue).
+
+Both writers import from here — :mod:`rlvr.trainer.checkpoint` (one process) and
+:mod:`rlvr.trainer.dist_checkpoint` (a ``torchrun`` job, per rank) — so neither imports the other's
+internals (``checkpoint`` dispatches to ``dist_checkpoint``; nothing points back).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "STATE_FILE", "CHECKPOINT_VERSION", "capture_rng_state", "restore_rng_state", "pending_round_state",
+    "file_digest", "data_fingerprint", "require_complete", "save_round_state", "load_round_state",
+    "trainer_counters", "restore_counters",
+]
+
+STATE_FILE = "trainer_state.json"
+CHECKPOINT_VERSION = 2
+
+
+def require_complete(path: Path) -> dict[str, Any]:
+    """The ``trainer_state.json`` of the complete checkpoint at ``path``.
+
+    Raises:
+        FileNotFoundError: ``path`` lacks ``.complete`` or ``trainer_state.json`` (a folder whose writer
+            was killed before the rename, or not a checkpoint).
+    """
+    if not (path / ".complete").exists() or not (path / STATE_FILE).exists():
+        raise FileNotFoundError(f"{path} is not a complete rlvr checkpoint (missing .complete or {STATE_FILE})")
+    return json.loads((path / STATE_FILE).read_text())
+
+
+def trainer_counters(trainer: Any) -> dict[str, int]:
+    """The trainer's progress counters, as both checkpoint writers store them in ``trainer_state.json``:
+    ``global_step``, ``generation_round``, ``rollout_round`` (seeds the next round's sampling: a resume
+    that lost it would draw other rollouts), ``weight_version``, ``num_tokens``, ``consecutive_nonfinite``."""
+    return {
+        "global_step": int(trainer.global_step),
+        "generation_round": int(trainer.generation_round),
+        "rollout_round": int(getattr(trainer, "rollout_round", trainer.generation_round)),
+        "weight_version": int(getattr(trainer, "weight_version", trainer.global_step)),
+        "num_tokens": int(trainer.num_tokens),
+        "consecutive_nonfinite": int(getattr(trainer, "consecutive_nonfinite", 0)),
+    }
+
+
+def restore_counters(trainer: Any, state: dict[str, Any]) -> None:
+    """Set :func:`trainer_counters` from a saved state (older files: ``rollout_round`` defaults to
+    ``generation_round``, ``weight_version`` to ``global_step``); the engine's weights then count as
+    stale (``generation_sync.version = -1``: pushed before the next round)."""
+    trainer.global_step = int(state["global_step"])
+    trainer.generation_round = int(state["generation_round"])
+    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
+    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
+    trainer.num_tokens = int(state["num_tokens"])
+    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+    if getattr(trainer, "generation_sync", None) is not None:
+        trainer.generation_sync.version = -1
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch global RNG states as JSON-serialisable lists."""
+    py = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state captured by :func:`capture_rng_state`."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
+def pending_round_state(trainer: Any, batch: Any) -> dict[str, Any]:
+    """What a checkpoint needs to re-plan ``batch`` identically: call just before ``schedule.plan``.
+
+    Returns:
+        ``{"batch", "schedule_state", "rng", "plan_step", "next_index": 0, "num_opt_batches": None}``.
+    """
+    return {
+        "batch": batch,
+        "schedule_state": copy.deepcopy(trainer.schedule.state_dict()),
+        "rng": capture_rng_state(),
+        "plan_step": trainer.global_step,
+        "next_index": 0,
+        "num_opt_batches": None,
+    }
+
+
+def file_digest(path: str | Path) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a folder's files (relative names and bytes, sorted)."""
+    h = hashlib.sha256()
+    p = Path(path)
+    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    for f in files:
+        if p.is_dir():
+            h.update(str(f.relative_to(p)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def data_fingerprint(task_cfg: Any) -> dict[str, str]:
+    """Content hashes of the task's local data files: ``{"task.path": digest, "task.eval_path": ...}``.
+
+    Only keys whose value names an existing local file or folder are included (hub datasets and
+    generated reasoning-gym data are covered by the config comparison instead).
+    """
+    out: dict[str, str] = {}
+    for key in ("path", "eval_path"):
+        value = getattr(task_cfg, key, None)
+        if value and Path(value).expanduser().exists():
+            out[f"task.{key}"] = file_digest(Path(value).expanduser())
+    return out
+
+
+def _split_schedule_state(sched: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    tensors = sched.get("tensors") or {}
+    plain = {k: v for k, v in sched.items() if k != "tensors"}
+    return plain, {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+
+
+def save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
+    """Write the pending generation batch, dynamic-sampling carry and schedule state; return the JSON part."""
+    from safetensors.torch import save_file
+
+    from rlvr.rollout_io import save_rollouts
+
+    out: dict[str, Any] = {}
+    pending = getattr(trainer, "pending_round", None)
+    n = pending.get("num_opt_batches") if pending else None
+    if pending is not None and n is not None and pending["next_index"] < n:
+        save_rollouts(pending["batch"], folder, "pending")
+        sched = pending["schedule_state"]
+        out["pending"] = {"next_index": int(pending["next_index"]), "num_opt_batches": int(n),
+                          "plan_step": int(pending["plan_step"]), "rng": pending["rng"]}
+    else:
+        sched = trainer.schedule.state_dict() if hasattr(trainer.schedule, "state_dict") else {}
+    plain, tensors = _split_schedule_state(sched or {})
+    out["schedule"] = plain
+    if tensors:
+        save_file(tensors, str(folder / "schedule.safetensors"))
+        out["schedule_tensors"] = sorted(tensors)
+    carry = getattr(trainer, "_carry", None) or []
+    for k, b in enumerate(carry):
+        save_rollouts(b, folder, f"carry-{k}")
+    out["num_carry"] = len(carry)
+    pipe = getattr(trainer, "_pipeline", None)  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
+    if pipe is not None:
+        st = pipe.state()
+        for k, (b, _, _) in enumerate(st["ready"]):
+            save_rollouts(b, folder, f"queued-{k}")
+        out["async"] = {"round_index": st["round_index"], "started": st["started"],
+                        "metrics": [m for _, m, _ in st["ready"]], "sources": [src for _, _, src in st["ready"]]}
+    return out
+
+
+def load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
+    from safetensors.torch import load_file
+
+    from rlvr.rollout_io import load_rollouts
+
+    sched = dict(state.get("schedule", {}))
+    if state.get("schedule_tensors"):
+        sched["tensors"] = load_file(str(path / "schedule.safetensors"))
+    problems = getattr(getattr(trainer, "loader", None), "problems", None) or []
+    by_uid = {getattr(p, "uid", None): p for p in problems}
+    trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
+    pipe, a = getattr(trainer, "_pipeline", None), state.get("async")
+    if pipe is not None and a is not None:
+        ready = [(load_rollouts(path, f"queued-{k}", problems_by_uid=by_uid), m, int(src))
+                 for k, (m, src) in enumerate(zip(a["metrics"], a["sources"]))]
+        pipe.load_state({"ready": ready, "round_index": a["round_index"], "started": a["started"]})
+    p = state.get("pending")
+    if p:
+        trainer._resume_round = {
+            "batch": load_rollouts(path, "pending", problems_by_uid=by_uid), "schedule_state": sched,
+            "rng": p["rng"], "plan_step": int(p["plan_step"]), "next_index": int(p["next_index"]),
+            "num_opt_batches": int(p["num_opt_batches"]),
+        }
+    else:
+        trainer._resume_round = None
+        if hasattr(trainer.schedule, "load_state_dict"):
+            trainer.schedule.load_state_dict(sched)
