@@ -10,6 +10,7 @@ completion length of the batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -92,6 +93,23 @@ def validate_requests(requests: Sequence[GenerationRequest], params: SamplingPar
         if r.max_new_tokens is not None and not 1 <= r.max_new_tokens <= params.max_new_tokens:
             raise ValueError(f"request {i}: max_new_tokens must be in [1, {params.max_new_tokens}] "
                              f"(SamplingParams.max_new_tokens), got {r.max_new_tokens}")
+
+
+def validate_sampling(params: SamplingParams) -> None:
+    """Check sampling parameters (``temperature == 0`` is valid: greedy decoding); every engine runs it.
+
+    Raises:
+        ValueError: ``temperature < 0`` or not finite, ``top_p`` outside ``(0, 1]``, ``top_k < 0`` or
+            ``max_new_tokens < 1`` (the message names the field and the value).
+    """
+    if not (params.temperature >= 0 and math.isfinite(params.temperature)):
+        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy) and finite, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+    if params.top_k < 0:
+        raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables), got {params.top_k}")
+    if params.max_new_tokens < 1:
+        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
 @dataclass

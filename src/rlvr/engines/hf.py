@@ -30,36 +30,18 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from rlvr.engines.factory import engine_eos_ids
-from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests
+from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
 __all__ = ["HFEngine", "sample_from_logits", "validate_sampling"]
 
 
 # --------------------------------------------------------------------------------------------------
 # sampling
-
-
-def validate_sampling(params: SamplingParams) -> None:
-    """Check sampling parameters (``temperature == 0`` is valid: greedy decoding).
-
-    Raises:
-        ValueError: ``temperature < 0`` or not finite, ``top_p`` outside ``(0, 1]``, ``top_k < 0`` or
-            ``max_new_tokens < 1`` (the message names the field and the value).
-    """
-    if not (params.temperature >= 0 and math.isfinite(params.temperature)):
-        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy) and finite, got {params.temperature}")
-    if not 0 < params.top_p <= 1:
-        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
-    if params.top_k < 0:
-        raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables), got {params.top_k}")
-    if params.max_new_tokens < 1:
-        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
 def sample_from_logits(

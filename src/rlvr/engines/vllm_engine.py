@@ -36,7 +36,6 @@ Source: vLLM 0.32 ``vllm/entrypoints/openai/completion/protocol.py`` (``return_t
 from __future__ import annotations
 
 import json
-import math
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -46,9 +45,9 @@ import torch
 
 from rlvr.engines.vllm_server import VLLMServerError
 from rlvr.engines.weight_sync import ServerWeightSync, WeightTransport
-from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests
+from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
-__all__ = ["VLLMClient", "VLLMEngine", "request_seed", "validate_vllm_sampling"]
+__all__ = ["VLLMClient", "VLLMEngine", "request_seed"]
 
 _SEED_MUL = 6364136223846793005
 _SEED_STRIDE = 1442695040888963407
@@ -58,23 +57,6 @@ def request_seed(seed: int, index: int) -> int:
     """The seed of request ``index`` of a call seeded with ``seed``: a 62-bit mix, so that the
     per-sample seeds ``seed_i + j`` (vLLM's children) of different requests never coincide in practice."""
     return (int(seed) * _SEED_MUL + (int(index) + 1) * _SEED_STRIDE) % (2**62)
-
-
-def validate_vllm_sampling(params: SamplingParams) -> None:
-    """Check sampling parameters (``temperature == 0`` is greedy).
-
-    Raises:
-        ValueError: ``temperature < 0`` or not finite, ``top_p`` outside ``(0, 1]``, ``top_k < 0``
-            or ``max_new_tokens < 1`` (the message names the field and the value).
-    """
-    if not (params.temperature >= 0 and math.isfinite(params.temperature)):
-        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy) and finite, got {params.temperature}")
-    if not 0 < params.top_p <= 1:
-        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
-    if params.top_k < 0:
-        raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables), got {params.top_k}")
-    if params.max_new_tokens < 1:
-        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
 class VLLMClient:
@@ -247,7 +229,7 @@ class VLLMEngine:
                 or invalid ``params``.
             VLLMServerError: the server failed a request (the message names the request index).
         """
-        validate_vllm_sampling(params)
+        validate_sampling(params)
         validate_requests(requests, params)
         if not requests:
             return []
