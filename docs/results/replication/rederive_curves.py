@@ -21,15 +21,14 @@ from pathlib import Path
 import yaml
 
 from rlvr.compare.harness import CURVE_KEYS, curve_values
+from rlvr.config import RLConfig
+from rlvr.schedules import SCHEDULES
 
 
 def _primary_phase(run_dir: Path) -> str | None:
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    # only FBOS-RL's alternating schedule declares a primary phase (rlvr/schedules/fbos.py)
-    fbos = cfg.get("fbos") or {}
-    if cfg.get("sampler") == "feedback" and fbos.get("combine_mode", "alternate") == "alternate":
-        return "epa"
-    return None
+    """The run's schedule's ``primary_phase``, read exactly as the harness reads it (``run_one``)."""
+    cfg = RLConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    return getattr(SCHEDULES[cfg.schedule](cfg), "primary_phase", None)
 
 
 def rederive(run_dir: Path) -> int:
