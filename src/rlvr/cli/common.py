@@ -1,0 +1,59 @@
+"""What every ``rlvr`` subcommand shares: the exit codes, loading and checking a config, argparse types."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EXIT_CONFIG = 2
+EXIT_RUNTIME = 1
+REWARD_FAILURE_LIMIT = 0.5
+"""``rlvr train`` exits 1 when more than this fraction of the run's reward calls failed (error or timeout)."""
+EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoint was written)
+
+
+def _load_config(args: argparse.Namespace):
+    """The run's config from ``--config`` files and ``key=value`` overrides, with the parts and the task
+    checked (no model loaded). A ``--resume key=value`` is taken as an override and ``--resume auto``.
+
+    Raises:
+        ConfigError: an unknown key, a bad value, parts that cannot work together, a bad task config.
+    """
+    import rlvr.testbed  # noqa: F401 (registers the testbed's model source and task type)
+    from rlvr.config import build_config
+    from rlvr.tasks import validate_task_config
+    from rlvr.trainer.components import validate_components
+
+    resume = getattr(args, "resume", None)
+    if resume and "=" in resume and not Path(resume).exists():  # `--resume key=value`: an override, not a path
+        args.overrides = [resume, *args.overrides]
+        args.resume = "auto"
+    cfg = build_config(args.config, args.overrides)
+    validate_components(cfg)
+    validate_task_config(cfg.task)
+    return cfg
+
+
+def _int_at_least(lo: int):
+    """An argparse ``type`` that accepts an integer >= ``lo`` and names what it expected otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {n}")
+        return n
+
+    return parse
+
+
+_nonnegative_int = _int_at_least(0)
+_positive_int = _int_at_least(1)
+
+
+def _yaml(d: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(d, sort_keys=False)

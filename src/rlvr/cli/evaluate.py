@@ -1,0 +1,140 @@
+"""``rlvr eval``, ``rlvr eval-merge`` and ``rlvr plot``: the commands over :mod:`rlvr.eval`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rlvr.cli.common import EXIT_RUNTIME, _load_config
+from rlvr.errors import ConfigError
+
+
+def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
+    """Where ``rlvr eval`` writes, checked before any model loads.
+
+    Raises:
+        ConfigError: ``--tag`` holds a path separator, or the output folder cannot be written.
+    """
+    from rlvr.trainer.run_dir import check_writable_dir
+
+    if any(sep in args.tag for sep in ("/", "\\", os.sep)) or args.tag in ("", ".", ".."):
+        raise ConfigError(f"--tag {args.tag!r}: a tag is part of a file name (eval_<tag>.json) and may not hold a "
+                          "path separator; use --out PATH to write elsewhere")
+    path = Path(args.out) if args.out else Path(cfg.logging.output_dir) / f"eval_{args.tag}.json"
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: is a directory (expected a JSON file path)")
+    check_writable_dir(path.parent, "--out" if args.out else "logging.output_dir")
+    return path
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``rlvr eval``: pass@k, maj@k and mean reward of one or more models, as JSON + Markdown + JSONL.
+
+    Everything cheap is checked before any model loads: the config, the task's data, the
+    ``--checkpoint`` values and that the output files can be written. When the report cannot be
+    written after all, the results are printed whole to stdout instead (exit 1), so they are not lost.
+    """
+    cfg = _load_config(args)
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.eval.report import SamplesWriter, resolve_models, summary_row, write_report
+    from rlvr.models import load_policy
+    from rlvr.tasks import build_task
+
+    path = _check_eval_output(args, cfg)
+    task = build_task(cfg.task)
+    n_eval = len(task.problems("eval"))
+    if args.offset >= n_eval:
+        raise ConfigError(f"--offset {args.offset}: the eval split has only {n_eval} problems")
+    from rlvr.engines.factory import build_engine, check_engine_config
+
+    check_engine_config(cfg)
+    specs = resolve_models(args.checkpoint)
+    json_path = path
+    stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
+    md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
+    try:
+        writer = SamplesWriter(samples_path)
+    except OSError as exc:
+        raise ConfigError(f"--out {json_path}: cannot write the evaluation files there ({exc})") from None
+    e = cfg.eval
+    n_draw = 1 if e.temperature == 0 else e.num_samples
+    if e.temperature == 0 and (e.num_samples > 1 or max(e.ks) > 1):
+        print(f"rlvr: eval.temperature=0 is greedy decoding: 1 sample per problem (not eval.num_samples="
+              f"{e.num_samples}); reporting k=1 only", file=sys.stderr)
+    from rlvr.distributed.env import set_cpu_threads
+
+    set_cpu_threads(cfg.distributed.num_threads, 1)  # distributed.num_threads / OMP_NUM_THREADS / all cores
+    rows, results = [], []
+    try:
+        for spec in specs:
+            if spec.path is not None:
+                from rlvr.lora import load_checkpoint_policy
+
+                model, tokenizer = load_checkpoint_policy(cfg.model, spec.path)  # a model folder or a LoRA adapter
+            else:
+                model, tokenizer = load_policy(cfg.model)
+            writer.model = spec.label
+            engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
+            try:
+                result = evaluate(
+                    model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
+                    top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
+                    max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
+                    prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit, offset=args.offset,
+                    progress=cfg.logging.progress, label=spec.label, on_problem=writer, engine=engine,
+                )
+            finally:
+                if engine is not None:
+                    engine.close()
+            result["model"] = spec.path or cfg.model.name_or_path
+            del model
+            rows.append(summary_row(result, spec))
+            results.append(result)
+            try:
+                write_report(rows, json_path, md_path, single=results[0] if len(specs) == 1 else None)
+            except OSError as exc:
+                lost = {**results[0], "rows": rows} if len(specs) == 1 else {"rows": rows, "results": results}
+                print(json.dumps(lost, indent=2, default=str))
+                print(f"rlvr: could not write {json_path} ({exc.strerror or exc}); the full results are printed "
+                      "above", file=sys.stderr)
+                return EXIT_RUNTIME
+            r = rows[-1]
+            shown = ", ".join(f"{m}={r[m]:.4f} [{r[f'ci95/{m}'][0]:.3f}, {r[f'ci95/{m}'][1]:.3f}]"
+                              for m in (f"pass@{k}" for k in r["ks"]) if m in r)
+            print(f"rlvr: {spec.label}: {r['problems']} problems x {r['num_samples']} sample(s): {shown}",
+                  file=sys.stderr)
+    finally:
+        writer.close()
+    if len(specs) == 1:
+        summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in results[0].items() if k != "per_problem"}
+        print(json.dumps(summary, indent=2))
+    else:
+        print(md_path.read_text())
+    print(f"rlvr: wrote {json_path}, {md_path} and {samples_path}", file=sys.stderr)
+    return 0
+
+
+def cmd_eval_merge(args: argparse.Namespace) -> int:
+    """``rlvr eval-merge A.samples.jsonl B.samples.jsonl --out X.json``: shards of one evaluation → one result
+    (:func:`rlvr.eval.merge.write_merged`). Overlapping or inconsistent shards are a data error (exit 2)."""
+    from rlvr.eval.merge import write_merged
+
+    merged, md_path, samples_path = write_merged(args.samples, Path(args.out))
+    shown = ", ".join(f"{m}={merged[m]:.4f} [{merged[f'ci95/{m}'][0]:.3f}, {merged[f'ci95/{m}'][1]:.3f}]"
+                      for k in merged["ks"] for m in (f"pass@{k}", f"maj@{k}") if m in merged)
+    print(md_path.read_text())
+    print(f"rlvr: {merged['problems']} problems from {len(args.samples)} shard(s): {shown}", file=sys.stderr)
+    print(f"rlvr: wrote {args.out}, {md_path} and {samples_path}", file=sys.stderr)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """``rlvr plot RUN_DIR``: write PNG curves."""
+    from rlvr.eval.plot import plot_run
+
+    path = plot_run(args.run_dir, args.out)
+    print(f"rlvr: wrote {path}")
+    return 0

@@ -1,0 +1,193 @@
+"""``rlvr train``: checks before the model loads (config, data, output dir, ``--resume`` target), then the run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rlvr.cli.common import EXIT_RUNTIME, REWARD_FAILURE_LIMIT, _load_config, _yaml
+from rlvr.errors import ConfigError
+
+
+def _resume_target(cfg, mode: str):
+    """The checkpoint folder ``--resume MODE`` continues from, or None to start from scratch.
+
+    ``auto``: the latest whole ``checkpoint-N`` in the output dir (newer ones that are incomplete or
+    corrupt are reported by name and skipped); ``force``: the same, ignoring config and data changes;
+    anything else: that checkpoint folder. Unless forced, the saved config (``max_steps``,
+    ``save_steps``, ``logging``, ``eval`` ignored) and the content hashes of the task's data files
+    (``task.path``, ``task.eval_path``) must match the current ones.
+
+    Raises:
+        ConfigError: the folder is not a checkpoint or is damaged, or the config or data changed
+            (every difference is named, old -> new).
+    """
+    from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
+    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable
+
+    out = Path(cfg.logging.output_dir)
+    if mode in ("auto", "force"):
+        ckpt, skipped = find_resumable(out)
+        for bad, problems in skipped:
+            print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
+        if ckpt is None:
+            print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
+            return None
+        if skipped:
+            print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
+    else:
+        ckpt = Path(mode)
+        if not (ckpt / STATE_FILE).exists() and not (ckpt / ".complete").exists():
+            raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
+        problems = checkpoint_problems(ckpt)
+        if problems:
+            raise ConfigError(f"--resume {mode}: the checkpoint is incomplete or corrupt:\n  " + "\n  ".join(problems))
+    if mode != "force":
+        saved = json.loads((ckpt / STATE_FILE).read_text())
+        changed = resume_differences(saved, cfg)
+        if changed:
+            raise ConfigError(
+                f"--resume: refusing to resume from {ckpt}: the config or data changed since it was written:\n  "
+                + "\n  ".join(changed) + "\nUse --resume force to continue anyway."
+            )
+    return ckpt
+
+
+def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
+    """Refuse an output dir that is a file, unwritable, or already holds a run (unless ``--resume``
+    or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs before the model
+    loads.
+
+    Raises:
+        OutputDirError: see above (exit 2); the message names the folder and the ways out.
+    """
+    from rlvr.errors import OutputDirError
+    from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
+
+    out = Path(cfg.logging.output_dir)
+    if args.overwrite and args.resume:
+        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
+                             f"{out} (--resume) or delete it and start over (--overwrite)")
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
+    old = run_artefacts(out)
+    if old and args.overwrite:
+        remove_run_artefacts(out)
+        print(f"rlvr: --overwrite: deleted the earlier run's {describe(old)} in {out}", file=sys.stderr)
+    elif old and not args.resume:
+        raise OutputDirError(
+            f"logging.output_dir {out} already holds a run ({describe(old)}). Continue it with --resume, "
+            f"start over with --overwrite (deletes those training files, nothing else), or choose another "
+            f"logging.output_dir."
+        )
+    return check_writable_dir(out)
+
+
+def _resume_command(argv: Sequence[str]) -> str:
+    """The command line that continues an interrupted ``rlvr train`` (``--resume`` added, ``--overwrite`` dropped)."""
+    import shlex
+
+    args = [a for a in argv if a != "--overwrite"]
+    if not any(a == "--resume" or a.startswith("--resume=") for a in args):
+        args.append("--resume")
+    return "rlvr " + " ".join(shlex.quote(a) for a in args)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``rlvr train``: validate everything cheap, then load the model and train.
+
+    Returns 1 when more than :data:`REWARD_FAILURE_LIMIT` of the run's reward calls failed.
+    """
+    cfg = _load_config(args)
+    from rlvr.loggers import check_report_to
+
+    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
+    ckpt = _resume_target(cfg, args.resume) if args.resume else None
+    from rlvr.distributed import init_distributed, shutdown
+    from rlvr.distributed.setup import local_config
+
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    world = int(os.environ["WORLD_SIZE"]) if launched else 1
+    local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
+    from rlvr.engines.factory import check_engine_config
+    from rlvr.tasks import build_task
+
+    task = build_task(cfg.task)
+    task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    check_engine_config(cfg)
+    if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
+        _prepare_output_dir(cfg, args)
+    try:
+        env = init_distributed(cfg.device, backend=cfg.distributed.backend, timeout_s=cfg.distributed.timeout_s,
+                               num_threads=cfg.distributed.num_threads)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return _train(cfg, local_cfg, ckpt, env, task, args)
+    finally:
+        shutdown()
+
+
+def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None) -> int:
+    """Load the model, build this rank's trainer over ``task`` (built and checked by :func:`cmd_train`),
+    resume, train (one process or one rank of a ``torchrun`` job; only rank 0 writes the output dir and
+    prints)."""
+    from rlvr.distributed import DataParallel
+    from rlvr.distributed.setup import use_fsdp
+    from rlvr.models import load_policy
+    from rlvr.trainer.checkpoint import load_checkpoint
+    from rlvr.trainer.lifecycle import RunInterrupted
+    from rlvr.trainer.trainer import Trainer
+
+    main_rank = env.rank == 0
+    model, tokenizer = load_policy(cfg.model)
+    out = Path(cfg.logging.output_dir)
+    if main_rank:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
+    dp = None
+    if env.distributed:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=int(pad))
+        if main_rank:
+            print(f"rlvr: {env.world_size} processes ({env.local_world_size} on this node), backend {env.backend}, "
+                  f"device {env.device.type}, {env.threads} CPU thread(s) per process, "
+                  f"{'FSDP2' if dp.fsdp else 'replicated'} policy, {local_cfg.generation_batch_size} completions "
+                  f"per rank per round", file=sys.stderr)
+    else:
+        model.to(env.device)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
+    try:
+        resume = getattr(args, "resume", None)
+        if ckpt is not None:
+            load_checkpoint(trainer, ckpt)
+            if main_rank:
+                print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
+        elif resume and main_rank and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
+            from rlvr.trainer.logger import _drop_rows_after
+
+            _drop_rows_after(out / "metrics.jsonl", 0)
+        try:
+            last = trainer.train()
+        except RunInterrupted as exc:
+            if main_rank:
+                print(f"rlvr: {exc}\nrlvr: to continue: {_resume_command(getattr(args, 'argv', ['train']))}",
+                      file=sys.stderr)
+            return exc.exit_code
+    finally:
+        trainer.close()  # stops a vLLM server the run started (also on Ctrl-C and errors)
+    shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/pass_rate", "actor/entropy")}
+    s = trainer.summary
+    if s.failed_fraction > REWARD_FAILURE_LIMIT:
+        if main_rank:
+            print(f"rlvr: {s.errors + s.timeouts} of {s.calls} reward calls failed ({s.errors} errors, {s.timeouts} "
+                  f"timeouts): the run's rewards are mostly zeros from failures, not from the verifier. Check "
+                  f"task.reward_fn and reward_timeout_s (the first error is in the log above).", file=sys.stderr)
+        return EXIT_RUNTIME
+    if main_rank:
+        print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
+    return 0
