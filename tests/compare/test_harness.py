@@ -273,3 +273,15 @@ def test_fbos_arm_summary_uses_the_epa_phase(tmp_path, tiny):
     assert [c["actor/entropy"] for c in curve if "actor/entropy" in c] == pytest.approx(epa_h)
     assert any("ecc/actor/entropy" in c for c in curve)
     assert r["grad_norm/mean"] == pytest.approx(sum(epa_g) / len(epa_g))
+
+
+def test_run_ended_by_its_rollout_budget_is_reported_stopped_not_failed(tmp_path, tiny, capsys):
+    """Hitting the rollout budget is how a rollouts= comparison ends every run: the trainer's summary
+    must say so (``run stopped (rollout budget ...)``), not ``run failed``."""
+    mf, tf = _factories(tiny)
+    spec = _spec(tmp_path, "rollouts=8", arms=("grpo",), seeds=(0,))
+    (r,) = run_compare(spec, model_factory=mf, task_factory=tf, log=lambda m: None, report=False)
+    assert r["rollouts"] == 8 and r["steps"] == 1 and r["stop"].startswith("budget: rollout budget 8 reached")
+    err = capsys.readouterr().err
+    assert "rlvr: run failed" not in err
+    assert "rlvr: run stopped (rollout budget 8 reached (8 used)): 1 steps" in err

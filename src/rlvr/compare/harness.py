@@ -36,14 +36,15 @@ from typing import Any, Callable, Literal, Sequence
 import yaml
 
 from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
-from rlvr.errors import ConfigError, IdleRunError, RlvrError
+from rlvr.errors import ConfigError, IdleRunError, RunStopped
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
 
 
-class BudgetExhausted(RlvrError):
-    """Raised inside a run when its next step would exceed the comparison budget (ends the run)."""
+class BudgetExhausted(RunStopped):
+    """Raised inside a run when its next step would exceed the comparison budget (ends the run; a
+    :class:`~rlvr.errors.RunStopped`, so the run's summary says ``stopped``, not ``failed``)."""
 
 
 @dataclass(frozen=True)

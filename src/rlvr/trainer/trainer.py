@@ -24,7 +24,7 @@ from rlvr.core.advantages import get_adv_estimator
 from rlvr.core.kl import canonical_kl_estimator, kl_penalty
 from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RlvrError
+from rlvr.errors import IdleRunError, RlvrError, RunStopped
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, iter_merged, lora_engine, reference_policy
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
@@ -534,6 +534,8 @@ class Trainer:
             IdleRunError: ``max_idle_rounds`` generation rounds in a row gave no update and no trainable
                 row (dynamic sampling exhausted, every row filtered out); a checkpoint is written first
                 and the message gives the pass rate, the zero-variance share and what to try.
+            RunStopped: a part of the run (e.g. ``rlvr compare``'s budget meter around the sampler) ended
+                it on purpose; the summary says ``stopped (<why>)`` and no checkpoint is written.
         """
         cfg = self.cfg
         if self.rank == 0:
@@ -626,6 +628,9 @@ class Trainer:
             raise
         except IdleRunError:
             status = "stopped (no learning signal)"
+            raise
+        except RunStopped as exc:  # a normal end asked for by a part of the run (a compare budget), not a failure
+            status = f"stopped ({exc})"
             raise
         finally:
             if self._pipeline is not None:
