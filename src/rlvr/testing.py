@@ -92,6 +92,10 @@ class ModelPlanContext:
         return batch_logprobs(self.model, batch, pad_token_id=self.pad_token_id, rows_per_micro=self.rows_per_micro,
                               with_entropy=with_entropy)
 
+    def any_rank(self, flag: bool) -> bool:
+        """One process: ``flag`` itself."""
+        return bool(flag)
+
     def reset_optimizer(self) -> None:
         """Record the action (there is no optimizer)."""
         self.actions.append("reset_optimizer")

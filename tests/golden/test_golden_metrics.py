@@ -26,6 +26,12 @@ Intended changes since the first recording (each regenerated with ``golden_cases
   (the tiny model is fp32), so no number moved. Its new ``actor/rollout_*`` mismatch metrics are
   allowed: this test requires every *recorded* metric, not the absence of new ones.
 
+* ``clean`` branch (FBOS-RL: an ECC phase without signal is skipped, not an AdamW step on a zero
+  gradient): ``fbos_rl`` step 3 (round 2, whose FAP rollouts all failed) logs
+  ``fbos/optimizer_steps_per_step`` 1 (was 2) and the new ``fbos/ecc_skipped`` 1 (0 at step 1). Only
+  these values were written, taken from a rerun of the recorded config in which every other recorded
+  scalar came out the same (round 2's skipped ECC update would have been step 4).
+
 * The eight built-in recipes gave the same numbers before and after the redesign. The FBOS cases'
   recorded config says ``adv_estimator: fbos`` (was ``grpo``; the FBOS view advantages became the
   registered estimator ``fbos``, a rename with the same numbers).

@@ -3,7 +3,6 @@ round-robin parents, budget parity, the two views of the same tokens (spec §2.2
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -22,52 +21,10 @@ from rlvr.samplers.feedback import (
     round_robin_parents,
 )
 from rlvr.samplers.group import PromptEncoder
-from rlvr.tasks.base import Problem, Verdict
-from rlvr.tasks.feedback import make_feedback
-from rlvr.types import Generation, SamplingParams
+from rlvr.types import SamplingParams
 from rlvr.variants.fbos import fbos_advantages
 
-MARK = "<previous_attempt>"
-
-
-@dataclass
-class AddTask:
-    """Correct iff the completion is exactly the answer; label-free feedback from rlvr.tasks.feedback."""
-
-    name: str = "add"
-    system_prompt: str = "Answer with a number."
-
-    def problems(self, split):
-        return [Problem(uid=f"{split}-{i}", question=f"What is {i} + 4?", answer=str(i + 4)) for i in range(8)]
-
-    def verify(self, problem, completion):
-        got = completion.strip()
-        ok = got == problem.answer
-        return Verdict(score=float(ok), correct=ok, feedback=make_feedback(got or None, "boxed" if got else "none", ok))
-
-
-class ScriptedEngine:
-    """Returns ``script(context_text, prompt_question, call_index)`` texts; records every request."""
-
-    def __init__(self, tok, script):
-        self.tok, self.script = tok, script
-        self.eos_token_ids = {tok.eos_token_id}
-        self.requests = []
-        self.count = 0
-
-    def generate(self, requests, params):
-        out = []
-        for r in requests:
-            self.requests.append(r)
-            ctx = self.tok.decode(r.context_ids)
-            gens = []
-            for _ in range(r.n):
-                text = self.script(ctx, self.count)
-                self.count += 1
-                ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
-                gens.append(Generation(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="eos"))
-            out.append(gens)
-        return out
+from fbos_fixtures import MARK, AddTask, ScriptedEngine, first_fap_correct
 
 
 def make_sampler(tok, script, **fbos):
@@ -85,18 +42,6 @@ def make_sampler(tok, script, **fbos):
 
     s.sample = sample_with_advantages
     return s, engine, task
-
-
-def first_fap_correct(answer):
-    state = {"done": False}
-
-    def script(ctx, k):
-        if MARK in ctx and not state["done"]:
-            state["done"] = True
-            return answer
-        return "wrong 99"
-
-    return script
 
 
 def fap_requests(engine):

@@ -1,6 +1,7 @@
 """FBOS-RL schedule on the tiny model: EPA gradient from rescued prompts (and none without FAP rollouts),
 context separation, ratios at θ_old, alternate/joint combination, budget and update parity, and the
-§4 metrics at every step (spec §2.9, §7.1–§7.5)."""
+§4 metrics at every step (spec §2.9, §7.1–§7.5); an ECC phase without signal is skipped (no zero-gradient
+AdamW step), the same way on every rank, and resume stays exact."""
 
 from __future__ import annotations
 
@@ -12,15 +13,12 @@ import torch
 from rlvr.testing import ToyTask, small_config
 from rlvr.core.fbos import view_advantages
 from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, build_fap_text
-from rlvr.tasks.base import Problem, Verdict
-from rlvr.tasks.feedback import make_feedback
 from rlvr.tasks.prompts import render_prompt
 from rlvr.schedules import OptimizerStep
 from rlvr.trainer.trainer import Trainer
 from rlvr.trainer.update import policy_update
-from rlvr.types import Generation
 
-MARK = "<previous_attempt>"
+from fbos_fixtures import MARK, AddTask, ScriptedEngine, answer_in, first_fap_correct
 
 
 @pytest.fixture(autouse=True)
@@ -34,48 +32,14 @@ def _one_thread():
 FBOS = ["sampler=feedback", "schedule=fbos", "adv_estimator=fbos", "reward_timeout_s=0"]
 
 
-class AddTask:
-    name = "add"
-    system_prompt = "Answer with a number."
-
-    def problems(self, split):
-        return [Problem(uid=f"{split}-{i}", question=f"What is {i} + 4?", answer=str(i + 4)) for i in range(4)]
-
-    def verify(self, problem, completion):
-        got = completion.strip()
-        ok = got == problem.answer
-        return Verdict(score=float(ok), correct=ok, feedback=make_feedback(got or None, "boxed" if got else "none", ok))
-
-
-class ScriptedEngine:
-    """Initial rollouts all fail; the first FAP child of every call is correct, the others fail."""
-
-    def __init__(self, tok):
-        self.tok = tok
-        self.eos_token_ids = {tok.eos_token_id}
-
-    def generate(self, requests, params):
-        out, first = [], True
-        for r in requests:
-            ctx = self.tok.decode(r.context_ids)
-            gens = []
-            for _ in range(r.n):
-                if MARK in ctx and first:
-                    text, first = ctx.split("What is ")[1].split(" + 4")[0], False
-                    text = str(int(text) + 4)
-                else:
-                    text = "wrong answer here"
-                ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
-                gens.append(Generation(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="eos"))
-            out.append(gens)
-        return out
-
-
-def scripted_trainer(tmp_path, tiny, *overrides):
+def scripted_trainer(tmp_path, tiny, *overrides, script=None):
+    """One prompt of :class:`AddTask` per round, G = 8 (4 initial + 4 FAP rollouts). Default script: the
+    initial rollouts all fail, the first FAP child of every round is correct, the others fail."""
     factory, tok = tiny
     cfg = small_config(tmp_path, *FBOS, "num_generations=8", "generation_batch_size=8",
                        "per_device_train_batch_size=8", *overrides)
-    return Trainer(cfg, factory(0), tok, AddTask(), engine=ScriptedEngine(tok))
+    script = script or first_fap_correct(wrong="wrong answer here")
+    return Trainer(cfg, factory(0), tok, AddTask(n=4), engine=ScriptedEngine(tok, script, logprob=-1.0))
 
 
 def grads_of(tr, step):
@@ -178,9 +142,9 @@ SPEC_METRICS = [  # spec §4 → rlvr names (grad_norm/<view> is logged by the t
 
 
 def test_alternate_takes_two_updates_per_step_and_logs_every_spec_metric(tmp_path, tiny):
-    factory, tok = tiny
-    cfg = small_config(tmp_path, *FBOS, "max_steps=4")  # G = 4 (2 + 2), 2 prompts per step
-    tr = Trainer(cfg, factory(0), tok, ToyTask())
+    # the scripted rounds always give the ECC phase signal (one FAP child passes): with none it is
+    # skipped (test_ecc_step_without_signal_is_skipped_and_logged)
+    tr = scripted_trainer(tmp_path, tiny, "max_steps=4")
     seen = []
     tr.callbacks.append(lambda t, m: seen.append(dict(m)))
     tr.train()
@@ -192,7 +156,8 @@ def test_alternate_takes_two_updates_per_step_and_logs_every_spec_metric(tmp_pat
         missing = [k for k in SPEC_METRICS if k not in merged]
         assert not missing, missing
         assert merged["fbos/optimizer_steps_per_step"] == 2
-        assert merged["fbos/sequences_per_prompt"] == 4 and merged["fbos/sequences_per_prompt_min"] == 4
+        assert merged["fbos/sequences_per_prompt"] == 8 and merged["fbos/sequences_per_prompt_min"] == 8
+        assert merged["fbos/ecc_skipped"] == 0
 
 
 def test_grpo_equal_updates_control_and_update_order(tmp_path, tiny):
@@ -201,8 +166,7 @@ def test_grpo_equal_updates_control_and_update_order(tmp_path, tiny):
                  factory(0), tok, ToyTask())
     tr.train()
     assert tr.global_step == 2 and tr.generation_round == 1  # GRPO control: 2 optimizer steps per training step
-    tr = Trainer(small_config(tmp_path / "e", *FBOS, "max_steps=2", "fbos.update_order=ecc_first"),
-                 factory(0), tok, ToyTask())
+    tr = scripted_trainer(tmp_path / "e", tiny, "max_steps=2", "fbos.update_order=ecc_first")
     seen = []
     tr.callbacks.append(lambda t, m: seen.append(m))
     tr.train()
@@ -213,13 +177,13 @@ def test_grpo_equal_updates_control_and_update_order(tmp_path, tiny):
 def test_resume_between_epa_and_ecc_continues_identically(tmp_path, tiny):
     from rlvr.trainer.checkpoint import load_checkpoint
 
-    factory, tok = tiny
-    over = [*FBOS, "max_steps=4", "save_steps=1"]
-    ref = Trainer(small_config(tmp_path / "ref", *over), factory(0), tok, ToyTask())
+    over = ["max_steps=4", "save_steps=1"]
+    ref = scripted_trainer(tmp_path / "ref", tiny, *over)
     seen_ref = []
     ref.callbacks.append(lambda t, m: seen_ref.append(m))
     ref.train()
-    res = Trainer(small_config(tmp_path / "ref", *over), factory(0), tok, ToyTask())
+    assert phases(seen_ref) == ["epa", "ecc", "epa", "ecc"]
+    res = scripted_trainer(tmp_path / "ref", tiny, *over)
     load_checkpoint(res, tmp_path / "ref" / "checkpoint-1")  # EPA done, ECC of round 1 pending
     seen = []
     res.callbacks.append(lambda t, m: seen.append(m))
@@ -261,3 +225,119 @@ def test_primary_phase_names_the_update_on_the_original_prompt(tmp_path):
 
     assert AlternatingViews(small_config(tmp_path, *FBOS)).primary_phase == "epa"
     assert AlternatingViews(small_config(tmp_path, *FBOS, "fbos.combine_mode=joint")).primary_phase == "joint"
+
+
+# ----------------------------------------------------------------------------- ECC phase without signal
+WRONG = "wrong answer here"
+
+
+def ecc_without_signal(ctx, k):
+    """The first initial rollout of a round is correct (the EPA union group varies: 1 of 8), every FAP
+    rollout fails: the ECC group's rewards are all 0, so are its advantages."""
+    return WRONG if MARK in ctx or k > 0 else answer_in(ctx)
+
+
+def ecc_signal_on_even_answers(ctx, k):
+    """As :func:`ecc_without_signal`, but for the problems with an even answer (4 + 0, 4 + 2) the first FAP
+    child is correct too: their rounds have an ECC step, the others none (stateless, so a resumed run's
+    fresh engine continues the script)."""
+    ans = answer_in(ctx)
+    if MARK in ctx:
+        return ans if k == 0 and int(ans) % 2 == 0 else WRONG
+    return ans if k == 0 else WRONG
+
+
+def phases(rows):
+    return [next(k.split("/")[0] for k in m if k.endswith("actor/grad_norm")) for m in rows]
+
+
+def test_ecc_step_without_signal_is_skipped_and_logged(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny, script=ecc_without_signal)
+    batch, _ = tr.generate_batch()
+    ecc_rows = [i for i, k in enumerate(batch.context_kind) if k == KIND_FEEDBACK]
+    assert len(ecc_rows) == 4 and (batch.advantages[ecc_rows] == 0).all()  # FAP rows, but no signal
+    (epa,) = tr.schedule.plan(batch, tr.plan_ctx)
+    assert epa.phase == "epa" and (epa.batch.advantages != 0).any()
+    assert epa.metrics["fbos/ecc_skipped"] == 1.0 and epa.metrics["fbos/optimizer_steps_per_step"] == 1
+    assert epa.metrics["fbos/ecc_rows"] == 4
+    # why: after the EPA update, AdamW moves the weights on the zero-gradient ECC batch (momentum)
+    tr._update(epa)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    g, _ = grads_of(tr, OptimizerStep(batch.select(ecc_rows)))
+    assert torch.count_nonzero(g) == 0
+    tr._update(OptimizerStep(batch.select(ecc_rows)))
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    # a KL or entropy term is signal even at zero advantages: the ECC step stays
+    tr.cfg.entropy_coef = 0.01
+    s = dataclasses.replace(tr.settings, entropy_coef=0.01)
+    ctx = type("Ctx", (), {"settings": s, "logprobs": tr.plan_ctx.logprobs, "any_rank": tr.plan_ctx.any_rank})()
+    assert [st.phase for st in tr.schedule.plan(batch, ctx)] == ["epa", "ecc"]
+
+
+def test_weights_are_untouched_by_an_ecc_phase_without_signal(tmp_path, tiny):
+    """Two rounds whose ECC phase has no signal: only the EPA updates run, so the ECC-first order (whose
+    first step would be the zero-gradient ECC one) ends with bit-identical weights to EPA-first."""
+    runs = {}
+    for order in ("epa_first", "ecc_first"):
+        tr = scripted_trainer(tmp_path / order, tiny, "max_steps=2", f"fbos.update_order={order}",
+                              script=ecc_without_signal)
+        rows = []
+        tr.callbacks.append(lambda t, m: rows.append(dict(m)))
+        tr.train()
+        assert phases(rows) == ["epa", "epa"] and tr.generation_round == 2
+        assert [m["fbos/ecc_skipped"] for m in rows] == [1.0, 1.0]
+        runs[order] = [p.detach().clone() for p in tr.model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(runs["epa_first"], runs["ecc_first"]))
+
+
+def test_ecc_step_with_signal_is_unchanged(tmp_path, tiny):
+    tr = scripted_trainer(tmp_path, tiny)  # the first FAP child is correct: the ECC group varies
+    batch, _ = tr.generate_batch()
+    epa, ecc = tr.schedule.plan(batch, tr.plan_ctx)
+    assert (epa.phase, ecc.phase) == ("epa", "ecc") and len(ecc) == 4
+    assert epa.metrics["fbos/ecc_skipped"] == 0.0 and epa.metrics["fbos/optimizer_steps_per_step"] == 2
+
+
+def test_ecc_decision_is_the_jobs_so_every_rank_plans_the_same_steps(tmp_path, tiny):
+    """Under torchrun another rank may have ECC signal: this rank then takes the ECC step too, in its
+    place in the order, with zero-advantage rows or none at all (no FAP rollout here)."""
+    class OtherRankHasSignal:
+        def __init__(self, ctx):
+            self.settings, self.logprobs = ctx.settings, ctx.logprobs
+
+        def any_rank(self, flag):
+            return True
+
+    tr = scripted_trainer(tmp_path, tiny, "fbos.update_order=ecc_first",
+                          script=lambda ctx, k: answer_in(ctx))  # every initial rollout passes: no FAP rows
+    batch, _ = tr.generate_batch()
+    assert KIND_FEEDBACK not in batch.context_kind
+    (epa,) = tr.schedule.plan(batch, tr.plan_ctx)
+    assert epa.metrics["fbos/ecc_skipped"] == 1.0
+    ecc, epa = tr.schedule.plan(batch, OtherRankHasSignal(tr.plan_ctx))
+    assert (ecc.phase, len(ecc), epa.phase) == ("ecc", 0, "epa")
+    assert ecc.metrics["fbos/ecc_skipped"] == 0.0 and ecc.metrics["fbos/optimizer_steps_per_step"] == 2
+
+
+def test_resume_across_rounds_with_and_without_ecc_is_exact(tmp_path, tiny):
+    from rlvr.trainer.checkpoint import load_checkpoint
+
+    over = ["max_steps=6", "save_steps=1"]
+    ref = scripted_trainer(tmp_path / "ref", tiny, *over, script=ecc_signal_on_even_answers)
+    seen_ref = []
+    ref.callbacks.append(lambda t, m: seen_ref.append(dict(m)))
+    ref.train()
+    skipped = [m["fbos/ecc_skipped"] for m in seen_ref if "fbos/ecc_skipped" in m]
+    assert 0.0 in skipped and 1.0 in skipped  # both kinds of round
+    assert ref.generation_round == 4 and sorted(phases(seen_ref)) == ["ecc"] * 2 + ["epa"] * 4
+    for k in (1, 3):  # steps: epa ecc | epa | epa | epa ecc -> between EPA and ECC, and after a skipped round
+        res = scripted_trainer(tmp_path / "ref", tiny, *over, script=ecc_signal_on_even_answers)
+        load_checkpoint(res, tmp_path / "ref" / f"checkpoint-{k}")
+        seen = []
+        res.callbacks.append(lambda t, m: seen.append(dict(m)))
+        res.train()
+        assert phases(seen) == phases(seen_ref)[k:], k
+        for a, b in zip(seen_ref[k:], seen):
+            for key in [x for x in a if x.endswith(("loss/total", "actor/grad_norm")) or x == "fbos/ecc_skipped"]:
+                assert b[key] == a[key], (k, key)
+        assert all(torch.equal(p, q) for p, q in zip(ref.model.parameters(), res.model.parameters())), k

@@ -72,7 +72,8 @@ class PlanContext(Protocol):
         pad_token_id: padding id for building batches (:meth:`RolloutBatch.concat`).
         settings: the run's loss settings (a step may replace them, see :attr:`OptimizerStep.loss_settings`).
 
-    A distributed trainer implements :meth:`logprobs` over its ranks; the schedule stays unaware.
+    A distributed trainer implements :meth:`logprobs` over its ranks; the schedule stays unaware, except
+    that a decision taken from its rank's rows goes through :meth:`any_rank`.
     """
 
     generation_round: int
@@ -82,6 +83,11 @@ class PlanContext(Protocol):
     def logprobs(self, batch: RolloutBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad ``(logp [N, T], entropy [N, T] | None)`` of ``batch`` under the current policy, every
         row under its own context (0 at padding)."""
+
+    def any_rank(self, flag: bool) -> bool:
+        """``flag`` or'ed over every rank of a ``torchrun`` job (one process: ``flag``). A collective: call it
+        on every rank, the same number of times, so that a plan that depends on a rank's own rows (a
+        phase left out for lack of signal) is the same plan on every rank."""
 
     def reset_optimizer(self) -> None:
         """Clear the optimizer's state (moments); the learning-rate schedule continues. Run as a start action."""

@@ -5,7 +5,13 @@ batches, alternately (default) or jointly (``specs/fbos_rl.md`` §2.9).
   ``POLICY_LOSSES["fbos_epa"]``) and one on the ECC view (FAP context, the run's ``policy_loss``),
   in ``fbos.update_order``. ``fbos.ecc_weight`` multiplies the ECC advantages (the policy term is
   linear in ``Â``); ``ecc_weight=0`` skips the ECC step (EPA-only ablation). The ECC step is also
-  skipped when no prompt received FAP rollouts — then ``fbos/optimizer_steps_per_step`` logs 1.
+  skipped when it has no signal on any rank — no prompt received FAP rollouts, or every FAP rollout's
+  advantage is 0 (all ``G2`` of a prompt scored alike, e.g. none passed) and the loss has no KL or
+  entropy term — then ``fbos/ecc_skipped`` logs 1 and ``fbos/optimizer_steps_per_step`` 1.
+  Interpretation, because the gradient of such a step is exactly 0 but AdamW would still move the
+  weights (the first moment left by the EPA step, and decoupled weight decay) and count a step in its
+  bias correction: an update on a batch that carries no signal. Skipping it costs no forward/backward
+  and keeps the weights bit-identical; ``max_steps`` counts the updates taken, as with no FAP rows.
 * ``fbos.combine_mode=joint``: one optimizer step on both views with
   ``L = agg_EPA(ℓ) + λ_ECC·agg_ECC(ℓ)``, each view normalised over its own tokens/sequences
   (per-view token weights, :func:`rlvr.core.fbos.view_normalised_weights`, summed with
@@ -136,9 +142,26 @@ class AlternatingViews:
             "fbos/ecc_rows": float(ecc.sum()),
         }
 
+    def _has_signal(self, batch: RolloutBatch, settings: Any) -> bool:
+        """Whether an update on ``batch`` under ``settings`` can have a non-zero gradient: some token with
+        loss weight > 0 has a non-zero advantage, or the loss has a KL (``beta > 0``) or entropy
+        (``entropy_coef != 0``) term, which pull on every weighted token. ``False`` for an empty batch."""
+        if len(batch) == 0:
+            return False
+        W = loss_weights(batch, mask_truncated=self.cfg.mask_truncated_completions)
+        if not bool((W > 0).any()):
+            return False
+        if settings.beta > 0 or settings.entropy_coef != 0:
+            return True
+        A = batch.advantages if batch.advantages.dim() == 2 else batch.advantages[:, None]
+        return bool(((A[:, : W.shape[1]] != 0) & (W > 0)).any())
+
     # ----------------------------------------------------------------------------- plan
     def plan(self, batch: RolloutBatch, ctx: PlanContext) -> list[OptimizerStep]:
-        """EPA and ECC optimizer steps for one generation batch (see the module docstring).
+        """EPA and ECC optimizer steps for one generation batch (see the module docstring). The first
+        step's ``metrics`` carry the ``fbos/*``, ``entropy/*`` and ``loss/*`` values of the round,
+        ``fbos/ecc_skipped`` (1.0: alternate mode left the ECC step out for lack of signal) among them.
+        Under ``torchrun`` every rank calls it (:meth:`PlanContext.any_rank` is a collective).
 
         Raises:
             ValueError: the batch has no ``old_logp`` (the trainer's preparation path sets it).
@@ -157,6 +180,7 @@ class AlternatingViews:
         ecc_idx = [i for i, k in enumerate(kinds) if k == KIND_FEEDBACK]
         epa_settings = dataclasses.replace(ctx.settings, policy_loss="fbos_epa")
         steps: list[dict[str, Any]] = []
+        ecc_skipped = 0.0
         if f.combine_mode == "joint":
             W = loss_weights(batch, mask_truncated=cfg.mask_truncated_completions)
             view = torch.tensor([0 if is_epa_kind(k) else 1 for k in kinds], dtype=torch.long)
@@ -174,15 +198,20 @@ class AlternatingViews:
                 epa = batch.select(epa_idx)
                 steps.append({"batch": epa, "phase": "epa", "loss_settings": epa_settings,
                               "loss_inputs": self.loss_inputs(epa)})
-            if ecc_idx and f.ecc_weight > 0:
-                ecc = batch.select(ecc_idx)
-                ecc.advantages = ecc.advantages * f.ecc_weight
+            ecc = batch.select(ecc_idx)
+            ecc.advantages = ecc.advantages * f.ecc_weight
+            # one decision for the whole job: every rank plans the same steps in the same order (a rank
+            # without FAP rows, or without signal in them, takes the ECC step with what it has)
+            ecc_on = f.ecc_weight > 0 and ctx.any_rank(self._has_signal(ecc, ctx.settings))
+            ecc_skipped = float(f.ecc_weight > 0 and not ecc_on)
+            if ecc_on:
                 steps.append({"batch": ecc, "phase": "ecc", "loss_settings": ctx.settings})
             if f.update_order == "ecc_first":
                 steps.reverse()
         if not steps:
             return []
-        steps[0]["metrics"] = self._metrics(ctx, batch, ent, len(steps) * cfg.num_iterations)
+        steps[0]["metrics"] = {**self._metrics(ctx, batch, ent, len(steps) * cfg.num_iterations),
+                               "fbos/ecc_skipped": ecc_skipped}
         return [OptimizerStep(**st) for st in steps] * cfg.num_iterations  # metrics logged in every pass
 
     def state_dict(self) -> dict[str, Any]:

@@ -51,6 +51,13 @@ class TrainerPlanContext:
             chunk_size=cfg.logprob_chunk_size, with_entropy=with_entropy, share_prompt=cfg.share_prompt_forward,
         )
 
+    def any_rank(self, flag: bool) -> bool:
+        """``flag`` on any rank (one all-reduce under ``torchrun``; ``flag`` itself in one process)."""
+        t = self._trainer
+        if t.dp is None or t.world_size == 1:
+            return bool(flag)
+        return t.dp.max([float(bool(flag))])[0] > 0
+
     def reset_optimizer(self) -> None:
         """Clear the optimizer's per-parameter state (AdamW moments); the LR schedule continues."""
         self._trainer.optimizer.state = defaultdict(dict)
