@@ -8,7 +8,8 @@
    step 2: base weights bit-identical to the loaded ones; the generation copy holds ``W + ΔW`` of the
    gathered adapters on every rank; reference log-probs equal the plain base model's; ``final/`` is a
    peft adapter folder that ``PeftModel.from_pretrained`` loads with the trained adapters; resuming
-   from ``checkpoint-2`` reproduces step 3 and the final adapters.
+   from ``checkpoint-2`` reproduces step 3 and the final adapters; the adapters and AdamW state it resumes
+   with are written whole to ``checkpoint-2.full.safetensors`` (the one-process load's reference).
 
 Rank 0 prints ``RESULT {json}``.
 """
@@ -95,6 +96,22 @@ def full_state(model):
     return {n: t.clone() for n, t in full_named_tensors(model)}
 
 
+def save_full_state(tr, path: Path):
+    """Rank 0 writes the trainer's adapters and their AdamW state, gathered whole (``full_state_dict``), as
+    ``model|<fqn>`` and ``optim|<fqn>|<exp_avg|exp_avg_sq|step>`` (the reference the one-process load of a
+    2-rank checkpoint is checked against, ``test_lora_fsdp.py``)."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    msd, osd = get_state_dict(tr.model, tr.optimizer, options=opts)
+    if tr.rank == 0:
+        flat = {f"model|{k}": v for k, v in msd.items()}
+        flat.update({f"optim|{fqn}|{k}": torch.as_tensor(v) for fqn, st in osd["state"].items() for k, v in st.items()})
+        save_file({k: v.detach().clone().contiguous() for k, v in flat.items()}, str(path))
+    tr.dp.barrier()
+
+
 def trainer_run(env, out: Path, batch):
     from peft import PeftModel
     from safetensors.torch import load_file
@@ -156,6 +173,7 @@ def trainer_run(env, out: Path, batch):
     tr.dp.barrier()
     tr2, rows2 = make(3)
     load_checkpoint(tr2, out / "checkpoint-2")
+    save_full_state(tr2, out / "checkpoint-2.full.safetensors")  # what the job resumes with, for one process
     tr2.train()
     after2 = full_state(tr2.model)
     res["resume_steps"] = [r["step"] if "step" in r else None for r in rows2]

@@ -58,10 +58,34 @@ def _options(trainer: Any) -> Any:
     return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
 
 
+_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_fsdp_wrapped_module.", "_orig_mod.")
+
+
+def _trainable_fqns(model: Any) -> set[str]:
+    """Names of the parameters that require grad, spelt as ``get_state_dict`` spells them (activation
+    checkpointing, FSDP1 and ``torch.compile`` wrapper segments removed)."""
+    out = set()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            for w in _WRAPPER_PREFIXES:
+                name = name.replace(w, "")
+            out.add(name)
+    return out
+
+
 def _state_dicts(trainer: Any) -> dict[str, Any]:
+    """``{"model", "optim"}`` as DCP saves and loads them. A LoRA policy's model part keeps the trainable
+    (adapter) tensors only: ``ignore_frozen_params`` misses a frozen tensor that ``named_parameters``
+    lists under another name — the LM head tied to the embedding (SmolLM2, the tiny model) — so without
+    the filter every checkpoint stored the embedding matrix (113 MB fp32 for SmolLM2-135M) and a load
+    wrote it back over the base's. Checkpoints written before the filter still load (DCP reads only the
+    keys asked for)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     msd, osd = get_state_dict(trainer.model, trainer.optimizer, options=_options(trainer))
+    if is_peft_model(trainer.model):
+        keep = _trainable_fqns(trainer.model)
+        msd = {k: v for k, v in msd.items() if k in keep}
     return {"model": msd, "optim": osd}
 
 
