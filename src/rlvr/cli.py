@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="config applied after every arm's recipes (e.g. testbed); repeatable")
     cp.add_argument("--report-only", action="store_true", help="only re-render report.md and the plots")
     cp.add_argument("--jobs", type=_positive_int, default=1, help="runs at once, each in its own process (default 1)")
+    cp.add_argument("--stop-after", type=_nonnegative_float, metavar="SECONDS",
+                    help="end this call at the first optimizer step after SECONDS: the run in progress writes a "
+                         "checkpoint and resumes on the next call (fits long runs into time-limited slots; --jobs 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
     return parser
 
@@ -120,6 +123,17 @@ def _int_at_least(lo: int):
 
 _nonnegative_int = _int_at_least(0)
 _positive_int = _int_at_least(1)
+
+
+def _nonnegative_float(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds >= 0 (named in the error otherwise)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
+    if not (0 <= x < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
+    return x
 
 
 def _resume_target(cfg, mode: str):
@@ -496,7 +510,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.report_only:
         path = write_report(spec.output_dir, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     else:
-        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs)
+        if args.stop_after is not None and args.jobs > 1:
+            raise ConfigError("rlvr compare --stop-after needs --jobs 1 (one run at a time is checkpointed)")
+        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs,
+                    stop_after_s=args.stop_after)
         path = Path(spec.output_dir) / "report.md"
     print(f"rlvr: wrote {path}")
     return 0
