@@ -82,7 +82,7 @@ def table(results: dict[tuple[str, int], dict[str, Any]], arms: Sequence[str], r
     lines += ["", f"| arm − {ref} (paired by seed) | " + " | ".join(f"seed {s}" for s in seeds) +
               " | mean ± 95 % t | seeds above |", "|" + "---|" * (len(seeds) + 3)]
     for arm in arms:
-        if arm == ref:
+        if arm in (ref, "initial"):  # the untrained row is not an arm to pair
             continue
         diffs = {s: results[(arm, s)][key] - results[(ref, s)][key]
                  for s in seeds if (arm, s) in results and (ref, s) in results}

@@ -44,6 +44,9 @@ def test_pieces_resume_to_the_same_result_as_one_go(tmp_path, tiny, arm):
     run_dir = out / name / "seed0"
     state = PieceState.load(run_dir)
     assert state is not None and state.step == 1 and state.pieces == 1 and not (run_dir / "result.json").exists()
+    # a later piece killed before its checkpoint (e.g. by a slot's timeout) leaves rows past step 1
+    with open(run_dir / "curve.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "rollouts": 16, "tokens": 0, "wall_s": 1.0}) + "\n")
     run_compare(_spec(out, [arm]), model_factory=mf, task_factory=tf, log=logs.append, stop_after_s=0)
     assert PieceState.load(run_dir).step == 2 and any("resumed at step 1" in m for m in logs)
     done = run_compare(_spec(out, [arm]), model_factory=mf, task_factory=tf, log=logs.append)
