@@ -53,6 +53,17 @@ _nonnegative_int = _int_at_least(0)
 _positive_int = _int_at_least(1)
 
 
+def _nonnegative_float(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds >= 0 (named in the error otherwise)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
+    if not (0 <= x < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
+    return x
+
+
 def _yaml(d: dict) -> str:
     import yaml
 

@@ -65,7 +65,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.report_only:
         path = write_report(spec.output_dir, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     else:
-        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs)
+        if args.stop_after is not None and args.jobs > 1:
+            raise ConfigError("rlvr compare --stop-after needs --jobs 1 (one run at a time is checkpointed)")
+        run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs,
+                    stop_after_s=args.stop_after)
         path = Path(spec.output_dir) / "report.md"
     print(f"rlvr: wrote {path}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from rlvr.cli.common import _nonnegative_int, _positive_int
+from rlvr.cli.common import _nonnegative_float, _nonnegative_int, _positive_int
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="config applied after every arm's recipes (e.g. testbed); repeatable")
     cp.add_argument("--report-only", action="store_true", help="only re-render report.md and the plots")
     cp.add_argument("--jobs", type=_positive_int, default=1, help="runs at once, each in its own process (default 1)")
+    cp.add_argument("--stop-after", type=_nonnegative_float, metavar="SECONDS",
+                    help="end this call at the first optimizer step after SECONDS: the run in progress writes a "
+                         "checkpoint and resumes on the next call (fits long runs into time-limited slots; --jobs 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
     return parser
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import yaml
 
+from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReached
 from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
 from rlvr.errors import ConfigError, IdleRunError, RunStopped
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
@@ -376,8 +377,13 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,
-            task_factory: Callable[[Any], Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+            task_factory: Callable[[Any], Any] | None = None, log: Callable[[str], None] = print,
+            deadline: Deadline | None = None) -> dict[str, Any]:
     """Run one arm × seed to its budget, evaluate it, and write ``result.json`` (last, atomically).
+
+    With a ``deadline`` (:mod:`rlvr.compare.pieces`) the run stops at the first step boundary after
+    it, writes a checkpoint and ``piece.json``, and raises :class:`TimeLimitReached`; a later call
+    resumes it from that checkpoint (an unfinished run without ``piece.json`` starts afresh).
 
     Args:
         model_factory: ``cfg -> (model, tokenizer)``; default :func:`rlvr.models.load_policy` on
@@ -389,25 +395,40 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
 
     Raises:
         ConfigError: invalid run configuration; other errors of the run propagate.
+        TimeLimitReached: the ``deadline`` passed (the run is checkpointed, not finished).
     """
+    from rlvr.trainer.checkpoint import load_checkpoint
+    from rlvr.trainer.lifecycle import RunInterrupted
+    from rlvr.trainer.logger import _drop_rows_after
     from rlvr.trainer.trainer import Trainer
 
     run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
     cfg = spec.run_config(arm, seed, run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an unfinished run: start it afresh
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    piece = PieceState.load(run_dir)
+    if piece is None:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run without a piece checkpoint: start it afresh
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
     trainer = Trainer(cfg, model, tok, task)
+    if piece is not None:
+        load_checkpoint(trainer, piece.checkpoint)
+        log(f"compare: {arm.name} seed {seed}: resumed at step {trainer.global_step} ({piece.rollouts} rollouts, "
+            f"piece {piece.pieces + 1})")
     meter = BudgetMeter(trainer.sampler, spec.budget, progress=lambda: trainer.global_step,
                         max_idle_draws=spec.max_idle_draws)
+    if piece is not None:
+        meter.rollouts, meter.tokens, meter._idle = piece.rollouts, piece.tokens, piece.idle_draws
+        meter._last_step = piece.step
     trainer.sampler = meter
     curve_path = run_dir / "curve.jsonl"
-    t0 = time.perf_counter()
-    curve_f = open(curve_path, "w")
+    t0 = time.perf_counter() - (piece.wall_s if piece else 0.0)
+    if piece is not None:  # rows of a later piece that was killed before its checkpoint are redone
+        _drop_rows_after(curve_path, piece.step)
+    curve_f = open(curve_path, "a" if piece else "w")
     paused = [0.0]  # seconds spent in mid-run evaluations (left out of wall_s)
-    next_point = [1]
+    next_point = [piece.next_point if piece else 1]
 
     def spent() -> float:
         b = spec.budget
@@ -428,11 +449,22 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
             paused[0] += time.perf_counter() - te
         curve_f.write(json.dumps(row) + "\n")
         curve_f.flush()
+        if deadline is not None and deadline.passed():
+            tr.request_stop()  # checkpoint at this step boundary (the trainer's SIGTERM path)
 
     trainer.callbacks.append(record)
     stop = "max_steps"
     try:
         trainer.train()
+    except RunInterrupted as exc:
+        if trainer._stop_asked is None or exc.checkpoint is None:
+            raise  # a real SIGINT/SIGTERM: the comparison stops as before
+        PieceState(checkpoint=str(exc.checkpoint), step=trainer.global_step, rollouts=meter.rollouts,
+                   tokens=meter.tokens, idle_draws=meter._idle, wall_s=round(time.perf_counter() - t0 - paused[0], 3),
+                   next_point=next_point[0], pieces=(piece.pieces if piece else 0) + 1).save(run_dir)
+        log(f"compare: {arm.name} seed {seed}: time limit reached at step {trainer.global_step} "
+            f"({meter.rollouts} rollouts); checkpoint {exc.checkpoint}; run the comparison again to continue")
+        raise TimeLimitReached(f"{arm.name} seed {seed}") from None
     except BudgetExhausted as exc:
         stop = f"budget: {exc}"
     except IdleRunError:  # the trainer's own guard (max_idle_rounds): a stalled arm, not a failed one
@@ -455,6 +487,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         **curve_summary(curve), **ev,
     }
     _atomic_json(run_dir / "result.json", result)
+    for done in [*run_dir.glob("checkpoint-*"), run_dir / PIECE_FILE]:  # the pieces' state is not needed now
+        shutil.rmtree(done, ignore_errors=True) if done.is_dir() else done.unlink(missing_ok=True)
     return result
 
 
@@ -568,12 +602,14 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     return result
 
 
-def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory, log) -> dict[str, Any] | None:
+def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory, log,
+             deadline: Deadline | None = None) -> dict[str, Any] | None:
     """:func:`run_one`, but a run that crashes writes ``error.txt`` and yields None (the others go on)."""
     import traceback
 
     try:
-        return run_one(spec, arm, seed, model_factory=model_factory, task_factory=task_factory, log=log)
+        return run_one(spec, arm, seed, model_factory=model_factory, task_factory=task_factory, log=log,
+                       deadline=deadline)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - one failing arm must not lose the comparison
@@ -585,8 +621,12 @@ def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory
 
 
 def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log: Callable[[str], None] = print,
-                report: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
+                report: bool = True, jobs: int = 1, stop_after_s: float | None = None) -> list[dict[str, Any]]:
     """Run every arm × seed not finished yet (finished = ``result.json`` exists), then write the report.
+
+    ``stop_after_s`` (one job only) limits this call: once that many seconds have passed, the run in
+    progress stops at its next step boundary with a checkpoint (resumed by the next call, see
+    :mod:`rlvr.compare.pieces`) and no further run starts; the report then covers the finished runs.
 
     Every run config is validated before the first run starts, so a typo in the last arm fails at
     once. Runs go arm by arm, seed by seed; with ``jobs > 1`` that many runs go at once, each in its
@@ -595,7 +635,7 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     between runs of the same comparison.
 
     Raises:
-        ValueError: ``jobs > 1`` together with a model or task factory.
+        ValueError: ``jobs > 1`` together with a model or task factory or with ``stop_after_s``.
 
     A run that raises (other than a configuration error) leaves ``error.txt`` in its folder, is left
     out of the results and the report, and is retried on the next invocation.
@@ -637,6 +677,9 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     saved.write_text(yaml.safe_dump(now, sort_keys=False))
     if jobs > 1 and (model_factory is not None or task_factory is not None):
         raise ValueError("run_compare: jobs > 1 loads models in worker processes; factories are not supported")
+    if jobs > 1 and stop_after_s is not None:
+        raise ValueError("run_compare: stop_after_s needs jobs=1 (one run at a time is checkpointed)")
+    deadline = Deadline(stop_after_s)
     results: dict[tuple[str, int], dict[str, Any]] = {}
     todo = []
     for arm in spec.arms:
@@ -656,8 +699,16 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
             for key, fut in futures.items():
                 results[key] = fut.result()
     else:
-        for arm, seed in todo:
-            results[(arm.name, seed)] = _guarded(spec, arm, seed, model_factory, task_factory, log)
+        try:
+            for i, (arm, seed) in enumerate(todo):
+                if i and deadline.passed():
+                    log(f"compare: time limit ({stop_after_s} s) reached; {len(todo) - i} run(s) left for the next call")
+                    raise TimeLimitReached("before " + arm.name)
+                results[(arm.name, seed)] = _guarded(spec, arm, seed, model_factory, task_factory, log, deadline)
+        except TimeLimitReached:
+            if report:
+                write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
+            return [r for r in results.values() if r is not None]
     if spec.eval_baseline:
         for seed in spec.seeds:
             if not (out / BASELINE / f"seed{seed}" / "result.json").exists():

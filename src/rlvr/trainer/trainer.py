@@ -262,6 +262,7 @@ class Trainer:
         self.final_dir: Path | None = None  # the exported model folder (final/), once written
         self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+        self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
         self._gen_version = 0  # policy version stamped on the rows being generated
         # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
         self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
@@ -651,11 +652,25 @@ class Trainer:
     def _agreed_stop(self, stop: StopControl) -> int | None:
         """The signal to stop on, agreed by every rank (one all-reduce under torchrun: a rank that got
         SIGTERM a moment later still stops at the same step), or None."""
-        req = stop.requested
+        req = stop.requested or self._stop_asked
         if self.dp is None or self.world_size == 1:
             return req
         got = self.dp.max([float(req or 0)])[0]
         return int(got) if got else None
+
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Ask :meth:`train` to stop at the next step boundary exactly as a first ``signum`` would: the
+        update in progress is finished, a checkpoint is written and :class:`RunInterrupted` is raised
+        (with ``signum``). For callers that stop a run themselves, e.g. a time-limited comparison
+        piece (:mod:`rlvr.compare.pieces`); call it from a callback. Single process only (under
+        ``torchrun`` every rank would have to ask at the same step).
+
+        Raises:
+            RuntimeError: under ``torchrun`` (world size > 1).
+        """
+        if self.world_size > 1:
+            raise RuntimeError("Trainer.request_stop: single process only (send SIGTERM to every rank instead)")
+        self._stop_asked = int(signum)
 
     def _interrupted(self, signum: int) -> RunInterrupted:
         """Write a checkpoint of the state now (a step boundary) and build the exception to raise."""
