@@ -1,0 +1,48 @@
+"""Bad input found by a newcomer's attack pass (session 5, helper ``newbie``): each test failed before
+its fix. Runs use ``model.name_or_path=tiny`` (in-process, offline) through :func:`rlvr.cli.main`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr import cli
+from rlvr.config import build_config
+from rlvr.errors import ConfigError
+
+TINY = ["model.name_or_path=tiny", "task.name=basic_arithmetic", "task.train_size=16", "task.eval_size=4",
+        "num_generations=2", "generation_batch_size=4", "per_device_train_batch_size=4",
+        "max_completion_length=4", "max_prompt_length=48", "reward_timeout_s=0", "logging.progress=false",
+        "logging.tensorboard=false", "max_steps=2", "eval.num_samples=2", "eval.ks=[1,2]"]
+
+
+def _train(tmp_path, *extra):
+    return cli.main(["train", *TINY, f"logging.output_dir={tmp_path / 'run'}", *extra])
+
+
+def _no_model(monkeypatch):
+    import rlvr.models
+
+    monkeypatch.setattr(rlvr.models, "load_policy", lambda *a, **k: pytest.fail("model loaded before the check"))
+
+
+@pytest.mark.parametrize("kv, key", [
+    ("entropy_coef=nan", "entropy_coef"),      # passed validation, then a ValueError traceback in the loss
+    ("learning_rate=inf", "learning_rate"),    # trained 5 non-finite updates, then exit 1
+    ("max_grad_norm=inf", "max_grad_norm"),
+    ("beta=-inf", "beta"),
+])
+def test_nan_or_inf_knob_is_a_config_error_before_the_model_loads(tmp_path, capsys, monkeypatch, kv, key):
+    with pytest.raises(ConfigError, match=rf"{key}: Input should be a finite number"):
+        build_config(overrides=[kv])
+    _no_model(monkeypatch)
+    assert _train(tmp_path, kv) == 2
+    assert f"{key}: Input should be a finite number" in capsys.readouterr().err
+
+
+def test_nan_in_a_yaml_config_file_is_refused(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("entropy_coef: .nan\n")
+    with pytest.raises(ConfigError, match="entropy_coef: Input should be a finite number"):
+        build_config([f])
