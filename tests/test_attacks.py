@@ -46,3 +46,32 @@ def test_nan_in_a_yaml_config_file_is_refused(tmp_path):
     f.write_text("entropy_coef: .nan\n")
     with pytest.raises(ConfigError, match="entropy_coef: Input should be a finite number"):
         build_config([f])
+
+
+@pytest.fixture
+def reward_module(tmp_path, monkeypatch):
+    """A module ``attack_rewards`` on ``sys.path`` holding the given reward functions' sources."""
+
+    def make(src: str) -> str:
+        (tmp_path / "attack_rewards.py").write_text(src)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import importlib
+        import sys
+
+        sys.modules.pop("attack_rewards", None)
+        importlib.invalidate_caches()
+        return "attack_rewards"
+
+    return make
+
+
+@pytest.mark.parametrize("timeout", ["0", "20"])  # in-process and in the worker pool
+def test_reward_beyond_float32_is_a_counted_error_not_a_traceback(tmp_path, capsys, reward_module, timeout):
+    # 1e300 is a finite Python float, so it passed the check, became inf in the float32 rewards tensor
+    # and the run died in zero_std_group_fraction with "rewards must be finite"
+    mod = reward_module("def huge(completion, problem, **kw):\n    return 1e300\n")
+    with pytest.warns(UserWarning, match="1e[+]300, outside the float32 range"):
+        code = _train(tmp_path, f"task.reward_fn={mod}:huge", f"reward_timeout_s={timeout}", "max_steps=1")
+    err = capsys.readouterr().err
+    assert code == 1, err  # more than half of the reward calls failed: the run ends with its summary
+    assert "4 of 4 reward calls failed" in err and "verifier: 4 calls, 4 errors" in err
