@@ -75,3 +75,37 @@ def test_reward_beyond_float32_is_a_counted_error_not_a_traceback(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 1, err  # more than half of the reward calls failed: the run ends with its summary
     assert "4 of 4 reward calls failed" in err and "verifier: 4 calls, 4 errors" in err
+
+
+def test_disk_full_on_metrics_names_the_file_and_keeps_the_summary(tmp_path, capsys, monkeypatch):
+    # a real full disk fails the flush in RunLogger.log (named) and then the flush in close() (unnamed):
+    # the second error replaced the first, so the CLI printed only "rlvr: No space left on device", and
+    # the run summary (printed after close) was lost
+    import builtins
+    import errno
+
+    import rlvr.trainer.logger as logger_mod
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, text):
+            return len(text)
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            self.f.close()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(file, mode="r", *a, **k):
+        f = builtins.open(file, mode, *a, **k)
+        return FullDisk(f) if str(file).endswith("metrics.jsonl") and "a" in mode else f
+
+    monkeypatch.setattr(logger_mod, "open", fake_open, raising=False)
+    assert _train(tmp_path) == 1
+    err = capsys.readouterr().err
+    assert f"rlvr: No space left on device: {tmp_path / 'run' / 'metrics.jsonl'}" in err, err
+    assert "rlvr: run failed:" in err and "verifier: 4 calls, 0 errors" in err

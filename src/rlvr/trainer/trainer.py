@@ -634,7 +634,14 @@ class Trainer:
                 except Exception:
                     pass
             stop.__exit__()
-            logger.close()
+            in_flight = sys.exc_info()[1]
+            try:
+                logger.close()
+            except OSError:
+                if in_flight is None:
+                    raise
+                # an error is already on its way out (e.g. the named disk-full error of the log write
+                # that left this unflushed buffer): it is the one to report, and the summary still prints
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
             self.summary.update_counts(self)
