@@ -109,3 +109,27 @@ def test_disk_full_on_metrics_names_the_file_and_keeps_the_summary(tmp_path, cap
     err = capsys.readouterr().err
     assert f"rlvr: No space left on device: {tmp_path / 'run' / 'metrics.jsonl'}" in err, err
     assert "rlvr: run failed:" in err and "verifier: 4 calls, 0 errors" in err
+
+
+def test_resume_of_a_finished_run_without_checkpoints_is_refused_and_loses_nothing(tmp_path, capsys, monkeypatch):
+    # save_steps=0 (the default) leaves final/ and no checkpoint-N; --resume then "started from scratch",
+    # dropped every metrics.jsonl row and overwrote final/ with a model trained from step 1
+    assert _train(tmp_path) == 0
+    run = tmp_path / "run"
+    before = {p: p.read_bytes() for p in [run / "metrics.jsonl", *sorted((run / "final").iterdir())]}
+    capsys.readouterr()
+    _no_model(monkeypatch)
+    assert _train(tmp_path, "max_steps=4", "--resume") == 2
+    err = capsys.readouterr().err
+    assert f"--resume: {run} holds a finished run (final/) but no checkpoint-N" in err
+    assert "--overwrite" in err and f"model.name_or_path={run / 'final'}" in err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_resume_before_the_first_checkpoint_still_starts_from_scratch(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")  # killed at step 1
+    assert _train(tmp_path, "--resume") == 0
+    assert "no checkpoint in" in capsys.readouterr().err
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -136,7 +136,7 @@ def _resume_target(cfg, mode: str):
             (every difference is named, old -> new).
     """
     from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
-    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable
+    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
 
     out = Path(cfg.logging.output_dir)
     if mode in ("auto", "force"):
@@ -144,6 +144,7 @@ def _resume_target(cfg, mode: str):
         for bad, problems in skipped:
             print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
         if ckpt is None:
+            refuse_restart_of_finished_run(out)
             print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
             return None
         if skipped:
