@@ -133,3 +133,26 @@ def test_resume_before_the_first_checkpoint_still_starts_from_scratch(tmp_path, 
     assert _train(tmp_path, "--resume") == 0
     assert "no checkpoint in" in capsys.readouterr().err
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_unknown_dynamic_sampling_metric_exits_2_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    # used to pass validation and die in the first generation round with a KeyError traceback
+    _no_model(monkeypatch)
+    assert _train(tmp_path, "dynamic_sampling.enable=true", "dynamic_sampling.metric=acuracy") == 2
+    err = capsys.readouterr().err
+    assert "dynamic_sampling.metric='acuracy' is neither one of acc, score, reward nor a reward component" in err
+    assert not (tmp_path / "run").exists()  # refused before the output dir is touched
+
+
+def test_dynamic_sampling_metric_accepts_the_runs_reward_components():
+    from types import SimpleNamespace
+
+    from rlvr.trainer.rollout import check_filter_metric
+
+    task = SimpleNamespace(name="testbed")
+    on = ["dynamic_sampling.enable=true"]
+    for metric, extra in [("acc", []), ("reward", []), ("testbed", []), ("overlong", ["overlong_buffer_len=2"])]:
+        check_filter_metric(build_config(overrides=[*on, f"dynamic_sampling.metric={metric}", *extra]), task)
+    with pytest.raises(ConfigError, match="have: testbed\\)"):  # no overlong component without the buffer
+        check_filter_metric(build_config(overrides=[*on, "dynamic_sampling.metric=overlong"]), task)
+    check_filter_metric(build_config(overrides=["dynamic_sampling.metric=anything"]), task)  # off: never read

@@ -225,9 +225,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
     from rlvr.engines.factory import check_engine_config
     from rlvr.tasks import build_task
+    from rlvr.trainer.rollout import check_filter_metric
 
     task = build_task(cfg.task)
     task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    check_filter_metric(cfg, task)
     check_engine_config(cfg)
     if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
         _prepare_output_dir(cfg, args)
