@@ -43,7 +43,10 @@ BudgetKind = Literal["steps", "rollouts", "tokens"]
 
 
 class BudgetExhausted(RlvrError):
-    """Raised inside a run when its next step would exceed the comparison budget (ends the run)."""
+    """Raised inside a run when its next step would exceed the comparison budget (ends the run).
+    The run summary says ``run stopped (compare budget)``: the planned end of a compare run, not a failure."""
+
+    run_status = "stopped (compare budget)"
 
 
 @dataclass(frozen=True)
