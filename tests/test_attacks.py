@@ -156,3 +156,25 @@ def test_dynamic_sampling_metric_accepts_the_runs_reward_components():
     with pytest.raises(ConfigError, match="have: testbed\\)"):  # no overlong component without the buffer
         check_filter_metric(build_config(overrides=[*on, "dynamic_sampling.metric=overlong"]), task)
     check_filter_metric(build_config(overrides=["dynamic_sampling.metric=anything"]), task)  # off: never read
+
+
+def test_bare_source_name_without_its_package_says_how_to_register_it(monkeypatch):
+    # README's Python example with model.name_or_path=testbed failed with only "cannot load 'testbed'
+    # as a Hugging Face hub id": the CLI imports rlvr.testbed, a script must do it itself
+    import rlvr.models
+    from rlvr.errors import ModelLoadError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(rlvr.models, "MODEL_SOURCES", rlvr.models.Registry("model.name_or_path", "x"))
+    with pytest.raises(ModelLoadError, match="nor is 'testbed' a registered model source .*import rlvr.testbed"):
+        rlvr.models.load_policy(build_config(overrides=["model.name_or_path=testbed"]).model)
+
+
+def test_train_help_lists_every_built_in_recipe(capsys):
+    from pathlib import Path
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for recipe in sorted(p.stem for p in (Path(cli.__file__).parent / "recipes").glob("*.yaml")):
+        assert recipe + "," in out or recipe + ")" in out, recipe

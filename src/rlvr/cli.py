@@ -28,8 +28,9 @@ EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoi
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", action="append", default=[], metavar="FILE",
-                   help="YAML config or built-in recipe name (grpo, grpo_paper, dr_grpo, dapo, gspo, demo, testbed, "
-                   "mu_grpo, mu_grpo_small, uec_rl, ib_tpo, fbos_rl); repeatable, later wins")
+                   help="YAML config or built-in recipe name ("
+                   + ", ".join(sorted(f.stem for f in (Path(__file__).parent / "recipes").glob("*.yaml")))
+                   + "); repeatable, later wins")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
 
 

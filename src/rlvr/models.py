@@ -313,6 +313,10 @@ def _load_hub(name: str, revision: str | None, gguf_file: str | None, dtype: tor
     except Exception as exc:  # noqa: BLE001
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         hint = " (HF_HUB_OFFLINE is set: only models already in the hub cache can load)" if offline else ""
+        if "/" not in name and ":" not in name:  # e.g. "testbed" from Python without `import rlvr.testbed`
+            hint += (f"; nor is {name!r} a registered model source (rlvr.models.MODEL_SOURCES: "
+                     f"{', '.join(sorted(MODEL_SOURCES)) or 'none'}; a source registers when its package is "
+                     f"imported, e.g. import rlvr.testbed)")
         raise ModelLoadError(f"cannot load {name!r} as a Hugging Face hub id{hint}: {exc}") from exc
     if gguf_file:
         _clear_quantizer_flags(model)
