@@ -178,3 +178,16 @@ def test_train_help_lists_every_built_in_recipe(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for recipe in sorted(p.stem for p in (Path(cli.__file__).parent / "recipes").glob("*.yaml")):
         assert recipe + "," in out or recipe + ")" in out, recipe
+
+
+def test_overwrite_keeps_the_old_run_when_the_model_path_is_mistyped(tmp_path, capsys):
+    # --overwrite deleted the earlier run's files, then the model load failed on the typo
+    assert _train(tmp_path) == 0
+    run = tmp_path / "run"
+    before = sorted(p.name for p in run.iterdir())
+    capsys.readouterr()
+    missing = tmp_path / "no_such_model"
+    assert _train(tmp_path, "--overwrite", f"model.name_or_path={missing}") == 1
+    err = capsys.readouterr().err
+    assert f"path '{missing}' does not exist" in err and "deleted" not in err
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -232,6 +232,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
     check_filter_metric(cfg, task)
     check_engine_config(cfg)
+    from rlvr.models import check_model_path
+
+    check_model_path(cfg.model)  # a mistyped model path must not cost the run --overwrite would delete
     if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
         _prepare_output_dir(cfg, args)
     try:
