@@ -191,3 +191,14 @@ def test_overwrite_keeps_the_old_run_when_the_model_path_is_mistyped(tmp_path, c
     err = capsys.readouterr().err
     assert f"path '{missing}' does not exist" in err and "deleted" not in err
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_overwrite_with_resume_is_refused_first(tmp_path, capsys, monkeypatch):
+    # printed "no checkpoint in ...; starting from scratch" (or the finished-run refusal) before the conflict
+    assert _train(tmp_path) == 0
+    capsys.readouterr()
+    _no_model(monkeypatch)
+    assert _train(tmp_path, "--overwrite", "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: configuration error: --overwrite and --resume contradict each other"), err
+    assert (tmp_path / "run" / "final").is_dir()

@@ -180,9 +180,6 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
     from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
 
     out = Path(cfg.logging.output_dir)
-    if args.overwrite and args.resume:
-        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
-                             f"{out} (--resume) or delete it and start over (--overwrite)")
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
     old = run_artefacts(out)
@@ -217,6 +214,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.loggers import check_report_to
 
     check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
+    if args.overwrite and args.resume:  # before _resume_target, which would report on the folder first
+        from rlvr.errors import OutputDirError
+
+        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
+                             f"{cfg.logging.output_dir} (--resume) or delete it and start over (--overwrite)")
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.distributed import init_distributed, shutdown
     from rlvr.distributed.setup import local_config
