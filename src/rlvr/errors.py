@@ -2,12 +2,9 @@
 
 
 class RlvrError(Exception):
-    """Base class of rlvr's user-facing errors. ``exit_code`` is the CLI's exit status for it;
-    ``run_status`` is how the run summary names a training run this error ends (``rlvr: run failed: ...``):
-    a planned stop (e.g. ``rlvr compare``'s budget) sets its own word instead of ``failed``."""
+    """Base class of rlvr's user-facing errors. ``exit_code`` is the CLI's exit status for it."""
 
     exit_code = 1
-    run_status = "failed"
 
 
 class ConfigError(RlvrError):

@@ -43,10 +43,7 @@ BudgetKind = Literal["steps", "rollouts", "tokens"]
 
 
 class BudgetExhausted(RlvrError):
-    """Raised inside a run when its next step would exceed the comparison budget (ends the run).
-    The run summary says ``run stopped (compare budget)``: the planned end of a compare run, not a failure."""
-
-    run_status = "stopped (compare budget)"
+    """Raised inside a run when its next step would exceed the comparison budget (ends the run)."""
 
 
 @dataclass(frozen=True)

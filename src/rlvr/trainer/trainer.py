@@ -628,9 +628,6 @@ class Trainer:
         except IdleRunError:
             status = "stopped (no learning signal)"
             raise
-        except RlvrError as exc:
-            status = exc.run_status
-            raise
         finally:
             if self._pipeline is not None:
                 try:
