@@ -17,7 +17,10 @@ DEFAULT_EVAL_SIZE = 100
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    # allow_inf_nan=False: a NaN or infinite number is never a meaningful knob value (`entropy_coef=nan`
+    # used to pass validation and crash in the loss after the model loaded; `learning_rate=inf` trained
+    # on non-finite weights); every "no limit" knob has its own spelling (0 or null)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
 
 
 LORA_INIT_CHOICES = ("true", "false", "gaussian")

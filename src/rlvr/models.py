@@ -126,16 +126,9 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
             model, tok = _load_gguf(gguf, dtype)
         elif path.is_dir():
             model, tok = _load_folder(path, dtype)
-        elif path.exists():
-            raise ModelLoadError(
-                f"model.name_or_path {name!r} is a file but not a .gguf file: give a folder in Hugging Face "
-                "layout, a .gguf file, 'default', or a hub id"
-            )
-        elif _looks_like_path(name):
-            raise ModelLoadError(
-                f"model.name_or_path: path {name!r} does not exist (resolved to {str(path.resolve())!r}); "
-                "give an existing folder or .gguf file, 'default', or a Hugging Face hub id like org/name"
-            )
+        elif path.exists() or _looks_like_path(name):
+            check_model_path(cfg)
+            raise AssertionError("unreachable: check_model_path raises for this name")  # pragma: no cover
         else:
             model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
     _finish(model, tok)
@@ -143,6 +136,35 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tok
+
+
+def check_model_path(cfg: ModelConfig) -> None:
+    """Refuse, without loading anything, a ``model.name_or_path`` that is a local path which cannot be
+    a model: it does not exist, or it is a file that is not ``.gguf``. Other names (``default``,
+    ``tiny``, registered sources, hub ids, existing folders) pass; :func:`load_policy` checks the rest.
+
+    ``rlvr train`` calls it before ``--overwrite`` deletes the earlier run, so a mistyped path no longer
+    costs that run (it was deleted first, then the load failed).
+
+    Raises:
+        ModelLoadError: naming the path and what it resolved to (exit 1, as a failed load).
+    """
+    name = cfg.name_or_path.strip()
+    if name in ("default", "tiny") or name.startswith("tiny:") or name.split(":", 1)[0] in MODEL_SOURCES:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
+        return
+    if path.exists():
+        raise ModelLoadError(
+            f"model.name_or_path {name!r} is a file but not a .gguf file: give a folder in Hugging Face "
+            "layout, a .gguf file, 'default', or a hub id"
+        )
+    if _looks_like_path(name):
+        raise ModelLoadError(
+            f"model.name_or_path: path {name!r} does not exist (resolved to {str(path.resolve())!r}); "
+            "give an existing folder or .gguf file, 'default', or a Hugging Face hub id like org/name"
+        )
 
 
 def enable_gradient_checkpointing(model: Any) -> None:
@@ -313,6 +335,10 @@ def _load_hub(name: str, revision: str | None, gguf_file: str | None, dtype: tor
     except Exception as exc:  # noqa: BLE001
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         hint = " (HF_HUB_OFFLINE is set: only models already in the hub cache can load)" if offline else ""
+        if "/" not in name and ":" not in name:  # e.g. "testbed" from Python without `import rlvr.testbed`
+            hint += (f"; nor is {name!r} a registered model source (rlvr.models.MODEL_SOURCES: "
+                     f"{', '.join(sorted(MODEL_SOURCES)) or 'none'}; a source registers when its package is "
+                     f"imported, e.g. import rlvr.testbed)")
         raise ModelLoadError(f"cannot load {name!r} as a Hugging Face hub id{hint}: {exc}") from exc
     if gguf_file:
         _clear_quantizer_flags(model)

@@ -64,11 +64,31 @@ class RewardError(RlvrError):
     """A reward function failed or timed out and ``reward_errors_fatal`` is set."""
 
 
+REWARD_DTYPE = torch.float32
+"""dtype of ``batch.rewards``: a verifier's score must be finite in it, not only as a Python float."""
+
+_REWARD_MAX = torch.finfo(REWARD_DTYPE).max
+
+
+def checked_score(raw: Any) -> float:
+    """``float(raw)`` when it is finite and fits :data:`REWARD_DTYPE`.
+
+    Raises:
+        ValueError: the score is NaN or infinite, or its magnitude exceeds float32's largest value
+            (~3.4e38): stored in ``batch.rewards`` it would become ``inf`` and stop the run in the
+            advantage computation with a traceback (a reward function returning ``1e300`` did).
+    """
+    score = float(raw)
+    if not math.isfinite(score):
+        raise ValueError(f"verifier returned a non-finite score {raw!r}")
+    if abs(score) > _REWARD_MAX:
+        raise ValueError(f"verifier returned the score {raw!r}, outside the float32 range of rewards (|score| <= {_REWARD_MAX:.3g})")
+    return score
+
+
 def _verify_item(task: Any, problem: Any, text: str) -> tuple[float, bool, str | None]:
     verdict = task.verify(problem, text)
-    score = float(verdict.score)
-    if not math.isfinite(score):
-        raise ValueError(f"verifier returned a non-finite score {verdict.score!r}")
+    score = checked_score(verdict.score)
     return score, bool(verdict.correct), verdict.feedback
 
 
@@ -379,9 +399,7 @@ class Scorer:
         stats.calls += 1
         try:
             verdict = self.task.verify(problem, text)
-            score = float(verdict.score)
-            if not math.isfinite(score):
-                raise ValueError(f"verifier returned a non-finite score {verdict.score!r}")
+            checked_score(verdict.score)
             return verdict
         except Exception as exc:  # noqa: BLE001 - a user's reward function may raise anything
             if self.fatal:
@@ -413,7 +431,7 @@ class Scorer:
         self.timeouts_total += stats.timeouts
         self.calls_total += len(texts)
         batch.texts = texts
-        batch.rewards = torch.tensor(scores, dtype=torch.float32)
+        batch.rewards = torch.tensor(scores, dtype=REWARD_DTYPE)
         batch.correct = torch.tensor(correct, dtype=torch.bool)
         batch.feedback = feedback
         batch.reward_components[getattr(self.task, "name", "task")] = batch.rewards.clone()

@@ -115,3 +115,6 @@ def test_task_type_testbed_in_config():
         build_task(build_config(overrides=["task.type=testbed", "task.config={levels: 3}"]).task)
     with pytest.raises(ConfigError, match="ops"):
         build_task(build_config(overrides=["task.type=testbed", "task.config={ops: XY}"]).task)
+    for bad in ("abc", 2.5, True):  # named the key neither for int("abc") nor accepted 2.5 -> 2 silently
+        with pytest.raises(ConfigError, match=rf"task.config.min_level must be a whole number, got {bad!r}"):
+            build_task(build_config(overrides=["task.type=testbed", f"task.config.min_level={bad}"]).task)

@@ -139,3 +139,30 @@ def test_disk_full_while_saving_names_the_file_and_leaves_nothing_half_written(t
     with pytest.raises(CheckpointWriteError, match=r"checkpoint-1 \(optimizer\.pt\): No space left on device"):
         tr.save(tmp_path / "checkpoint-1")
     assert list(tmp_path.iterdir()) == []  # the temporary folder is gone
+
+
+@pytest.mark.parametrize("where", ["safetensors", "torch.save"])
+def test_disk_full_as_the_writers_really_report_it_is_a_named_checkpoint_error(tmp_path, tiny, monkeypatch, where):
+    # on a full disk safetensors raises SafetensorError and torch.save a RuntimeError, neither an OSError:
+    # both escaped save_checkpoint as a raw traceback (seen on a 600 kB tmpfs) instead of the named error
+    import rlvr.trainer.checkpoint as ckpt_mod
+    from safetensors import SafetensorError
+
+    from rlvr.trainer.checkpoint import CheckpointWriteError
+
+    tr = _trainer(tmp_path, tiny, "max_steps=1")
+    if where == "safetensors":
+        def full(*a, **k):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+        monkeypatch.setattr(tr.model, "save_pretrained", full)
+        match = r"checkpoint-1 \(model\.safetensors\): .*No space left on device.* MB free on that disk"
+    else:
+        def full(obj, f, *a, **k):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+        monkeypatch.setattr(ckpt_mod.torch, "save", full)
+        match = r"checkpoint-1 \(optimizer\.pt\): .*unexpected pos.* MB free on that disk"
+    with pytest.raises(CheckpointWriteError, match=match):
+        tr.save(tmp_path / "checkpoint-1")
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is gone

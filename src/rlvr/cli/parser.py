@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Sequence
 
 from rlvr.cli.common import _nonnegative_float, _nonnegative_int, _positive_int
@@ -10,8 +11,9 @@ from rlvr.cli.common import _nonnegative_float, _nonnegative_int, _positive_int
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", action="append", default=[], metavar="FILE",
-                   help="YAML config or built-in recipe name (grpo, grpo_paper, dr_grpo, dapo, gspo, demo, testbed, "
-                   "mu_grpo, mu_grpo_small, uec_rl, ib_tpo, fbos_rl); repeatable, later wins")
+                   help="YAML config or built-in recipe name ("
+                   + ", ".join(sorted(f.stem for f in (Path(__file__).parent.parent / "recipes").glob("*.yaml")))
+                   + "); repeatable, later wins")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
 
 

@@ -27,7 +27,7 @@ def _resume_target(cfg, mode: str):
             (every difference is named, old -> new).
     """
     from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
-    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable
+    from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
 
     out = Path(cfg.logging.output_dir)
     if mode in ("auto", "force"):
@@ -35,6 +35,7 @@ def _resume_target(cfg, mode: str):
         for bad, problems in skipped:
             print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
         if ckpt is None:
+            refuse_restart_of_finished_run(out)
             print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
             return None
         if skipped:
@@ -69,9 +70,6 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
     from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
 
     out = Path(cfg.logging.output_dir)
-    if args.overwrite and args.resume:
-        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
-                             f"{out} (--resume) or delete it and start over (--overwrite)")
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
     old = run_artefacts(out)
@@ -106,6 +104,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.loggers import check_report_to
 
     check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
+    if args.overwrite and args.resume:  # before _resume_target, which would report on the folder first
+        from rlvr.errors import OutputDirError
+
+        raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
+                             f"{cfg.logging.output_dir} (--resume) or delete it and start over (--overwrite)")
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.distributed import init_distributed, shutdown
     from rlvr.distributed.setup import local_config
@@ -115,10 +118,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
     from rlvr.engines.factory import check_engine_config
     from rlvr.tasks import build_task
+    from rlvr.trainer.rollout import check_filter_metric
 
     task = build_task(cfg.task)
     task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    check_filter_metric(cfg, task)
     check_engine_config(cfg)
+    from rlvr.models import check_model_path
+
+    check_model_path(cfg.model)  # a mistyped model path must not cost the run --overwrite would delete
     if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
         _prepare_output_dir(cfg, args)
     try:

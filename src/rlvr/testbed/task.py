@@ -206,11 +206,21 @@ def testbed_task_from_config(cfg) -> TestbedTask:
     if "level" in c:  # one level: wins over min_level/max_level (which a recipe may have set)
         c["min_level"] = c["max_level"] = c.pop("level")
     name = cfg.name if "name" in cfg.model_fields_set else "testbed"
+
+    def whole(key: str, default: int) -> int:  # names the key: int("abc")'s own message does not
+        v = c.get(key, default)
+        try:
+            if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+                raise ValueError
+            return int(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"task.config.{key} must be a whole number, got {v!r}") from None
+
     try:
         return TestbedTask(
-            min_level=int(c.get("min_level", 4)), max_level=int(c.get("max_level", 6)), ops=str(c.get("ops", "RC")),
+            min_level=whole("min_level", 4), max_level=whole("max_level", 6), ops=str(c.get("ops", "RC")),
             train_size=cfg.train_size, eval_size=cfg.eval_size_or_default, seed=cfg.seed, eval_seed=cfg.eval_seed,
-            name=name, steps=int(c.get("steps", 1)), feedback=str(c.get("feedback", "text")),
+            name=name, steps=whole("steps", 1), feedback=str(c.get("feedback", "text")),
             system_prompt=cfg.system_prompt or "",
         )
     except (TypeError, ValueError) as exc:

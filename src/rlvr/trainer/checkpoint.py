@@ -143,16 +143,38 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         os.replace(tmp, path)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
+    except _WRITE_ERRORS as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointWriteError(
-            f"could not write checkpoint {path} ({stage}): {exc.strerror or exc}; the partial folder was removed, "
-            f"so nothing half-written is left"
+            f"could not write checkpoint {path} ({stage}): {getattr(exc, 'strerror', None) or exc}"
+            f"{_free_space_note(path.parent)}; the partial folder was removed, so nothing half-written is left"
         ) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What a full or read-only disk raises while a checkpoint is written: ``OSError`` from plain
+    writes, ``SafetensorError`` from safetensors (``I/O error: No space left on device``, not an
+    OSError) and ``RuntimeError`` from ``torch.save`` (``[enforce fail at inline_container.cc] unexpected
+    pos``, which names no cause: hence :func:`_free_space_note`)."""
+    from safetensors import SafetensorError
+
+    return (OSError, SafetensorError, RuntimeError)
+
+
+_WRITE_ERRORS = _write_errors()
+
+
+def _free_space_note(folder: Path) -> str:
+    """``" (12.0 MB free on that disk)"``, or "" where the free space cannot be read."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    return f" ({free / 1e6:.1f} MB free on that disk)"
 
 
 class CheckpointWriteError(RlvrError):

@@ -114,14 +114,25 @@ class RunLogger:
         self._bar.write(text)
 
     def close(self) -> None:
-        """Flush and close every sink."""
+        """Flush and close every sink (each one, even when an earlier one fails).
+
+        Raises:
+            OSError: a JSONL file could not be flushed (disk full), with that file's path as
+                ``filename`` (the first such failure; the other sinks are still closed).
+        """
         self._bar.close()
-        self._metrics.close()
-        self._completions.close()
+        failed: OSError | None = None
+        for name, f in (("metrics.jsonl", self._metrics), ("completions.jsonl", self._completions)):
+            try:
+                f.close()
+            except OSError as exc:
+                failed = failed or OSError(exc.errno, exc.strerror, str(self.dir / name))
         if self._tb is not None:
             self._tb.close()
         for t in self.trackers:
             t.close()
+        if failed is not None:
+            raise failed
 
 
 class NullLogger:

@@ -30,6 +30,28 @@ FILTER_METRICS: tuple[str, ...] = ("acc", "score", "reward")
 """Built-in ``dynamic_sampling.metric`` values (a reward component's name is accepted too)."""
 
 
+def check_filter_metric(cfg: Any, task: Any) -> None:
+    """Refuse, before any model loads, a ``dynamic_sampling.metric`` that :func:`filter_metric` would
+    not find: the built-in names, the task's reward component (``task.name``) and ``overlong`` (when
+    ``overlong_buffer_len`` is set) are the components a scored batch carries.
+
+    Raises:
+        ConfigError: an unknown name with dynamic sampling on (it used to surface as a ``KeyError``
+            traceback in the first generation round, after the model had loaded).
+    """
+    from rlvr.errors import ConfigError
+
+    name = cfg.dynamic_sampling.metric
+    if not cfg.dynamic_sampling.enable or name in FILTER_METRICS:
+        return
+    components = [getattr(task, "name", "task")] + (["overlong"] if cfg.overlong_buffer_len else [])
+    if name not in components:
+        raise ConfigError(
+            f"dynamic_sampling.metric={name!r} is neither one of {', '.join(FILTER_METRICS)} nor a reward "
+            f"component of this run (have: {', '.join(components)})"
+        )
+
+
 def filter_metric(batch: RolloutBatch, name: str, verifier_score: torch.Tensor) -> torch.Tensor:
     """``[N]`` values whose within-group variance decides which groups dynamic sampling keeps.
 

@@ -45,6 +45,28 @@ def run_artefacts(output_dir: str | Path) -> list[Path]:
     return sorted(set(found))
 
 
+def refuse_restart_of_finished_run(output_dir: str | Path) -> None:
+    """``--resume`` found no ``checkpoint-N`` in ``output_dir``: refuse when the folder holds a
+    finished run (``final/``), which a start from scratch would overwrite together with its
+    ``metrics.jsonl`` rows; a run stopped before its first checkpoint (no ``final/``) may restart.
+
+    Interpretation: ``save_steps`` defaults to 0, so a finished run usually has ``final/`` but no
+    checkpoint; ``--resume max_steps=<more>`` on it used to restart silently from step 1, losing the
+    trained model and its metrics ("nothing already written is lost").
+
+    Raises:
+        OutputDirError: naming the folder and the ways out (exit 2, before any model loads).
+    """
+    out = Path(output_dir)
+    if (out / "final").is_dir():
+        raise OutputDirError(
+            f"--resume: {out} holds a finished run (final/) but no checkpoint-N to continue from (save_steps=0 "
+            f"writes none; set save_steps=N to make a run resumable). Starting from scratch would overwrite its "
+            f"final/ and metrics.jsonl, so rlvr refuses: start over with --overwrite instead of --resume, or train "
+            f"on from its weights in a new folder with model.name_or_path={out / 'final'} logging.output_dir=NEW_DIR"
+        )
+
+
 def describe(paths: list[Path], limit: int = 6) -> str:
     """``"metrics.jsonl, checkpoint-4/, final/"`` (folders with a slash; at most ``limit`` names)."""
     names = [p.name + ("/" if p.is_dir() else "") for p in paths]

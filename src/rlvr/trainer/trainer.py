@@ -51,7 +51,7 @@ from rlvr.trainer.logger import NullLogger, RunLogger
 from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
-from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.rollout import assign_advantages, check_filter_metric, collect_generation_batch
 from rlvr.trainer.run_dir import rotate_checkpoints
 from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
@@ -192,6 +192,7 @@ class Trainer:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
         validate_components(cfg)  # before a server is started
+        check_filter_metric(cfg, task)
         self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
         self._lora_sharded = lora and sharded  # torchrun + FSDP2: the copy is re-merged through generation_sync
         if engine is None and self._lora_sharded:
@@ -640,7 +641,14 @@ class Trainer:
                 except Exception:
                     pass
             stop.__exit__()
-            logger.close()
+            in_flight = sys.exc_info()[1]
+            try:
+                logger.close()
+            except OSError:
+                if in_flight is None:
+                    raise
+                # an error is already on its way out (e.g. the named disk-full error of the log write
+                # that left this unflushed buffer): it is the one to report, and the summary still prints
             if hasattr(self.scorer, "close"):
                 self.scorer.close()
             self.summary.update_counts(self)
