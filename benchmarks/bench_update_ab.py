@@ -86,9 +86,11 @@ def main(argv=None) -> int:
         for name, mod in order:
             r[name] = run(mod, micro)
         dlp = float((r["old"][2] - r["new"][2]).abs().max())
-        dg = float((r["old"][3] - r["new"][3]).norm() / r["old"][3].norm())
+        go, gn = r["old"][3].double(), r["new"][3].double()
+        finite = {k: bool(torch.isfinite(r[k][3]).all()) for k in r}
+        dg = float((go - gn).norm() / go.norm()) if all(finite.values()) else float("nan")
         pair = {k: {"forward_s": r[k][0], "backward_s": r[k][1]} for k in r}
-        pair.update(max_abs_logp_diff=dlp, rel_grad_diff=dg, completion_tokens=int(micro.completion_mask.sum()),
+        pair.update(max_abs_logp_diff=dlp, rel_grad_diff=dg, grads_finite=finite, completion_tokens=int(micro.completion_mask.sum()),
                     loadavg=os.getloadavg())
         res["pairs"].append(pair)
         for k in tot:
