@@ -153,7 +153,7 @@ def decode_step_ms(model, lengths=(150, 600, 1000), rows=64, steps=5, kinds=("ap
 
     ``model`` is called directly (pass an engine's ``_decode_model`` to time its bf16 copy).
     """
-    from rlvr.engines.hf import _new_cache
+    from rlvr.engines.kv_cache import new_cache as _new_cache
 
     out = []
     hi = min(1000, model.config.vocab_size)  # random token ids below the vocabulary size

@@ -83,12 +83,69 @@ def test_backward_does_not_keep_full_logits():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp, ent = selective_log_softmax_and_entropy(hidden, weight, bias, target, chunk_size=chunk)
+        logp, ent = selective_log_softmax_and_entropy(hidden, weight, bias, target, chunk_size=chunk, keep_bytes=0)
     assert saved, "the custom function saved nothing: hook not exercised"
     assert sum(saved) < n * V / 2, saved  # inputs (n·H + V·H + V + n) plus O(n) statistics
     assert max(saved) < chunk * V
     logp.sum().backward()  # still differentiable
     assert hidden.grad is not None and weight.grad is not None and bias.grad is not None
+
+
+class _CountMM(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts aten matmul calls (mm / addmm) run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("with_entropy,entropy_grad", [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("chunk_size", [5, 37])
+def test_kept_logprobs_equal_recomputed_bit_for_bit(with_entropy, entropy_grad, chunk_size):
+    """Keeping the forward's log p for the backward (within keep_bytes) changes no value and no gradient, and
+    saves exactly the backward's logits matmul of every chunk."""
+    temps = torch.linspace(0.5, 1.5, 37)
+    out = {}
+    for keep in (0, 1 << 30):
+        hidden, weight, bias, target = _problem()
+        logp, ent = selective_log_softmax_and_entropy(hidden, weight, bias, target, temperature=temps,
+                                                      chunk_size=chunk_size, with_entropy=with_entropy,
+                                                      entropy_grad=entropy_grad, keep_bytes=keep)
+        loss = (logp * torch.linspace(-1, 1, 37)).sum()
+        if entropy_grad:
+            loss = loss + (ent * torch.linspace(2, -1, 37)).sum()
+        with _CountMM() as count:
+            loss.backward()
+        out[keep] = (logp.detach(), None if ent is None else ent.detach(), hidden.grad, weight.grad, bias.grad, count.n)
+    chunks = -(-37 // chunk_size)
+    for a, b in zip(out[0][:5], out[1 << 30][:5]):
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert out[0][5] - out[1 << 30][5] == chunks  # one [c, H] × [H, V] matmul less per chunk
+
+
+def test_keep_budget_falls_back_to_recompute():
+    hidden, weight, bias, target = _problem(n=37, V=50)
+    need = 37 * 50 * 4  # float32 [n, V]
+    counts = []
+    for keep in (need - 1, need):
+        h = hidden.detach().clone().requires_grad_(True)
+        logp, _ = selective_log_softmax_and_entropy(h, weight, bias, target, chunk_size=8, keep_bytes=keep)
+        with _CountMM() as count:
+            logp.sum().backward()
+        counts.append(count.n)
+    assert counts[0] == counts[1] + 5  # over budget: the 5 chunks' logits are recomputed
+
+
+def test_no_grad_call_keeps_nothing():
+    hidden, weight, bias, target = _problem()
+    with torch.no_grad():
+        logp, ent = selective_log_softmax_and_entropy(hidden, weight, bias, target, chunk_size=8)
+    assert logp.grad_fn is None and ent.grad_fn is None
 
 
 def test_validation():

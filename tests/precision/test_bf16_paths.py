@@ -124,10 +124,15 @@ def test_lm_head_backward_runs_under_the_forwards_autocast(monkeypatch):
         h.grad = w.grad = None
         seen.clear()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
-            lp, _ = selective_log_softmax_and_entropy(h, w, None, tgt, chunk_size=5, with_entropy=False)
+            lp, _ = selective_log_softmax_and_entropy(h, w, None, tgt, chunk_size=5, with_entropy=False,
+                                                      keep_bytes=0)  # the recompute path
         assert lp.dtype == torch.float32
         lp.sum().backward()  # outside the autocast block, as loss.backward() usually is
         assert seen == [enabled] * 6  # 3 chunks forward + 3 recomputed in backward, all under the same state
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            kept, _ = selective_log_softmax_and_entropy(h, w, None, tgt, chunk_size=5, with_entropy=False)
+        assert seen == [enabled] * 3 and torch.equal(kept, lp)  # within keep_bytes: no recompute
         grads[name] = (h.grad.clone(), w.grad.clone())
         assert w.grad.dtype == torch.float32
     for a, b in zip(grads["fp32"], grads["bf16"]):

@@ -101,6 +101,60 @@ def test_shared_prompt_forward_equals_separate_rows(tiny, lengths):
     assert g0.abs().sum() > 0 and torch.allclose(g0, g1, atol=1e-5, rtol=1e-4)
 
 
+def _full_row_reference(model, b):
+    """Log-probs, entropy [n, T] and the model's gradient of the same loss, from one plain full forward per
+    row over its whole ``context + completion`` (every token fed, the last one included)."""
+    n, T = b.completion_mask.shape
+    lp = torch.zeros(n, T)
+    ent = torch.zeros(n, T)
+    for i in range(n):
+        k = int(b.completion_lengths[i])
+        c = len(b.context_ids[i])
+        ids = torch.tensor(b.context_ids[i] + b.completion_ids[i, :k].tolist())[None]
+        z = model(input_ids=ids).logits[0, c - 1 : c - 1 + k] / float(b.logprob_temperature[i])
+        logp = torch.log_softmax(z, -1)
+        lp[i, :k] = logp.gather(1, b.completion_ids[i, :k, None]).squeeze(1)
+        ent[i, :k] = -(logp.exp() * logp).sum(-1)
+    return lp, ent
+
+
+@pytest.mark.parametrize("contexts,lengths", [
+    ([list(range(5, 22))] * 8, [60, 3, 41, 0, 7, 58, 1, 20]),
+    ([list(range(5, 22))] * 3, [1, 1, 1]),  # one-token completions: no completion token is fed at all
+    ([[5, 6, 7], [8, 9], [10, 11, 12, 13]], [9, 1, 4]),  # no shared context: the right-padded path
+])
+@pytest.mark.parametrize("share", [True, False])
+def test_trained_logprobs_and_gradients_equal_full_row_forwards(tiny, contexts, lengths, share):
+    """Neither path feeds a row's last completion token (it predicts nothing); log-probs, entropy and
+    every parameter's gradient still equal one full forward per row over all of its tokens."""
+    factory, _ = tiny
+    model = factory(0)
+    b = _batch(contexts, lengths, vocab=model.config.vocab_size, seed=3)
+    weights = torch.randn(b.completion_mask.shape, generator=torch.Generator().manual_seed(1))
+
+    def grads():
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    model.zero_grad()
+    lp0, e0 = _full_row_reference(model, b)
+    ((lp0 + 0.1 * e0) * weights).sum().backward()
+    g0 = grads()
+    model.zero_grad()
+    fed = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda mod, inp, out: fed.append(inp[0].numel()))
+    lp1, e1 = completion_logprobs(model, b, pad_token_id=0, share_prompt=share, entropy_grad=True)
+    hook.remove()
+    ((lp1 + 0.1 * e1) * weights).sum().backward()
+    g1 = grads()
+    if lengths == [1, 1, 1] and share:
+        assert fed == [17]  # the shared context alone
+    if lengths == [9, 1, 4] and not share:
+        assert fed == [3 * 11]  # 3 rows × (longest context + completion − 1)
+    m = b.completion_mask > 0
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-5) and torch.allclose(e0[m], e1[m], atol=1e-5)
+    assert g0.abs().sum() > 0 and torch.allclose(g0, g1, atol=1e-5, rtol=1e-4)
+
+
 def test_batch_logprobs_same_with_and_without_sharing(tiny):
     factory, _ = tiny
     model = factory(1)

@@ -9,6 +9,12 @@ linear-cross-entropy kernels: one extra ``[chunk, H] × [H, V]`` matmul per chun
 Numerics: logits are computed in the input dtype (in bfloat16 under ``torch.autocast``) and the softmax in
 at least float32. Under autocast the backward's chunk matmuls run under the same autocast state as the
 forward's (as ``torch.amp.custom_bwd`` does, for any device type); gradients accumulate in float32.
+
+Speed: when all ``n × V`` log-probabilities of a call fit in ``keep_bytes`` (default 256 MiB: a training
+micro-batch of ≤ 1 024 completion tokens at a 49 k vocabulary), the forward keeps its chunks' ``log p`` for
+the backward instead of recomputing the logits there — one ``[n, H] × [H, V]`` matmul less per call (≈ 6 % of
+a SmolLM2-135M training step's FLOPs), the same numbers bit for bit (the backward's recomputation repeats the
+forward's very operations). Larger calls keep the bounded-memory recompute.
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["entropy_from_logits", "selective_log_softmax_and_entropy"]
+__all__ = ["KEEP_LOGITS_BYTES", "entropy_from_logits", "selective_log_softmax_and_entropy"]
+
+KEEP_LOGITS_BYTES = 256 * 2**20
+"""Default budget of :func:`selective_log_softmax_and_entropy` for keeping a call's ``[n, V]`` log-probs
+between forward and backward (bytes); 0 always recomputes them in the backward."""
 
 
 def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
@@ -60,21 +70,28 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
     """logp[n], entropy[n] of ``target`` under ``softmax((hidden @ weight.T + bias) * inv_temp)``."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad):
+    def forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad, keep_bytes):
         n = hidden.shape[0]
         dt = torch.promote_types(hidden.dtype, torch.float32)
         logp = torch.empty(n, dtype=dt, device=hidden.device)
         lse_all = torch.empty(n, dtype=dt, device=hidden.device)
         ent = torch.empty(n if with_entropy else 0, dtype=dt, device=hidden.device)
+        # keep each chunk's log p for the backward when they all fit the budget and a gradient is wanted
+        keep = any(ctx.needs_input_grad[:3]) and n * weight.shape[0] * dt.itemsize <= keep_bytes
+        kept: list[torch.Tensor] = []
         for s in range(0, n, chunk_size):
             e = min(s + chunk_size, n)
             z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
             lse = torch.logsumexp(z, dim=-1)  # [c]
             lse_all[s:e] = lse
             logp[s:e] = z.gather(1, target[s:e, None]).squeeze(1) - lse
-            if with_entropy:  # in place: each pass over [c, V] is memory-bound on a CPU
-                lp = z.sub_(lse[:, None])
-                ent[s:e] = -lp.exp().mul_(lp).nansum(-1)  # p log p; 0 · (−inf) = nan → 0
+            if with_entropy or keep:  # in place: each pass over [c, V] is memory-bound on a CPU
+                lp = z.sub_(lse[:, None])  # log p, exactly what the backward's recomputation produces
+                if with_entropy:
+                    ent[s:e] = -lp.exp().mul_(lp).nansum(-1)  # p log p; 0 · (−inf) = nan → 0
+                if keep:
+                    kept.append(lp)
+        ctx.kept = kept if keep else None
         ctx.chunk_size = chunk_size
         dev = hidden.device.type
         ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
@@ -106,17 +123,24 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
         if need_b and bias is not None:
             grad_b = torch.zeros(bias.shape, dtype=dt, device=bias.device)
         if g_logp is None and g_ent is None:
-            return grad_h, grad_w, grad_b, None, None, None, None, None
-        for s in range(0, n, ctx.chunk_size):
+            ctx.kept = None
+            return grad_h, grad_w, grad_b, None, None, None, None, None, None
+        kept, ctx.kept = ctx.kept, None  # once_differentiable: the kept log p may be consumed in place
+        for j, s in enumerate(range(0, n, ctx.chunk_size)):
             e = min(s + ctx.chunk_size, n)
-            z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
+            if kept is not None:
+                lp = kept[j]  # [c, V] log p from the forward
+            else:
+                lp = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt).sub_(lse_all[s:e, None])  # [c, V]
             if g_ent is None:  # the common case, fused and in place: gz = (onehot − p) · g / T
                 coef = g_logp[s:e].to(dt) * inv_temp[s:e]  # [c]
-                gz = z.sub_(lse_all[s:e, None]).exp_().mul_(-coef[:, None])
+                gz = lp.exp_().mul_(-coef[:, None])
                 gz.scatter_add_(1, target[s:e, None], coef[:, None])
             else:
                 g_lp = g_logp[s:e] if g_logp is not None else None
-                gz = _grad_logits(z, lse_all[s:e], target[s:e], g_lp, g_ent[s:e], ent[s:e], inv_temp[s:e], dt)
+                gz = _grad_logits(lp, target[s:e], g_lp, g_ent[s:e], ent[s:e], inv_temp[s:e], dt)
+            if kept is not None:
+                kept[j] = None  # free each chunk as soon as it is used
             gzc = gz.to(hidden.dtype)
             if need_h:
                 grad_h[s:e] = gzc @ weight
@@ -128,22 +152,22 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
 
 
-def _grad_logits(z, lse, target, g_logp, g_ent, ent, inv_temp, dt):
-    """``d loss / d z`` ``[c, V]`` of one chunk when the entropy carries a gradient (or only it does).
+def _grad_logits(lp, target, g_logp, g_ent, ent, inv_temp, dt):
+    """``d loss / d z`` ``[c, V]`` of one chunk (``lp``: its ``log p``) when the entropy carries a gradient
+    (or only it does).
 
     ``d logp / dz = onehot − p`` and ``dH / dz_k = −p_k (log p_k + H)``, both times ``1/T``.
     """
-    lp = z - lse[:, None]  # log p, [c, V]
     p = lp.exp()
-    gz = torch.zeros_like(z)
+    gz = torch.zeros_like(lp)
     if g_logp is not None:
         g = g_logp.to(dt)
         gz = gz - p * g[:, None]
         gz.scatter_add_(1, target[:, None], g[:, None])
-    zero = torch.zeros((), dtype=dt, device=z.device)
+    zero = torch.zeros((), dtype=dt, device=lp.device)
     term = torch.where(p > 0, p * (lp + ent[:, None]), zero)
     gz = gz - g_ent.to(dt)[:, None] * term
     return gz * inv_temp[:, None]
@@ -159,6 +183,7 @@ def selective_log_softmax_and_entropy(
     chunk_size: int = 1024,
     with_entropy: bool = True,
     entropy_grad: bool = False,
+    keep_bytes: int = KEEP_LOGITS_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each target token, and the entropy, through the LM head, chunk by chunk.
 
@@ -177,6 +202,9 @@ def selective_log_softmax_and_entropy(
         with_entropy: compute the entropy (``None`` is returned otherwise).
         entropy_grad: let gradients flow from the entropy to ``hidden``/``weight``/``bias`` (needed only
             for an entropy bonus; otherwise the entropy is returned detached).
+        keep_bytes: when the call's whole ``[n, V]`` log-probs (float32) fit in this many bytes and a
+            gradient is needed, the forward keeps them for the backward instead of recomputing the
+            logits there (same results bit for bit; one LM-head matmul less); 0: always recompute.
 
     Returns:
         ``(logp, entropy)``: ``[n]`` log-probs (nats, ``<= 0``) and ``[n]`` entropies (nats) or ``None``;
@@ -226,7 +254,7 @@ def selective_log_softmax_and_entropy(
         inv_temp = torch.full((n,), 1.0 / float(temperature), dtype=dt, device=hidden.device)
     logp, ent = _ChunkedLMHeadLogProb.apply(
         hidden, weight, bias, target_ids.long(), inv_temp.contiguous(), int(chunk_size), bool(with_entropy),
-        bool(entropy_grad),
+        bool(entropy_grad), int(keep_bytes),
     )
     if not with_entropy:
         return logp, None

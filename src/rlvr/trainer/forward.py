@@ -31,8 +31,12 @@ from rlvr.types import RolloutBatch
 def build_inputs(batch: RolloutBatch, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded model inputs for a (micro-)batch.
 
+    A row's last completion token predicts nothing, so it is not fed: ``L`` is the longest
+    ``context + completion − 1`` (exact: a causal model's states before it do not depend on it).
+
     Returns:
-        input_ids: ``[n, L]`` long, ``context + completion`` per row, ``L`` = longest row.
+        input_ids: ``[n, L]`` long, ``context + completion`` per row (without the last token of the
+            longest rows), ``L`` = longest ``context + completion − 1`` (at least the longest context).
         attention_mask: ``[n, L]`` long.
         pred_pos: ``[n, T]`` long, position of the hidden state that predicts completion token ``t``
             (``len(context) + t − 1``); 0 where the completion mask is 0.
@@ -41,15 +45,15 @@ def build_inputs(batch: RolloutBatch, pad_token_id: int) -> tuple[torch.Tensor, 
     ctx_lens = [len(c) for c in batch.context_ids]
     total = [c + k for c, k in zip(ctx_lens, lengths)]
     n, width = batch.completion_ids.shape
-    L = max(total)
+    L = max(max(total) - 1, max(ctx_lens))  # the last completion token of a row is never an input
     input_ids = torch.full((n, L), pad_token_id, dtype=torch.long)
     attn = torch.zeros((n, L), dtype=torch.long)
     pred_pos = torch.zeros((n, width), dtype=torch.long)
     for i, (ctx, k) in enumerate(zip(batch.context_ids, lengths)):
         c = len(ctx)
         input_ids[i, :c] = torch.as_tensor(ctx, dtype=torch.long)
-        input_ids[i, c : c + k] = batch.completion_ids[i, :k]
-        attn[i, : c + k] = 1
+        input_ids[i, c : min(c + k, L)] = batch.completion_ids[i, : min(k, L - c)]
+        attn[i, : min(c + k, L)] = 1
         pred_pos[i, :k] = torch.arange(c - 1, c - 1 + k)
     return input_ids, attn, pred_pos
 
@@ -214,8 +218,9 @@ def shared_context_hidden(
     """Hidden states ``[k, H]`` that predict the selected completion tokens, for rows sharing one context.
 
     The context ``[1, C]`` runs once and keeps its per-layer key/value states (with gradient). The
-    completions are bucketed by length (:func:`length_buckets`); each bucket ``[m, w]`` (right-padded)
-    runs on top of a copy of those states expanded to ``m`` rows, at positions ``C .. C+w−1``. Right
+    completions, without their last token (it predicts nothing), are bucketed by length
+    (:func:`length_buckets`); each bucket ``[m, w]`` (right-padded) runs on top of a copy of those states
+    expanded to ``m`` rows, at positions ``C .. C+w−1`` (a bucket of one-token completions runs nothing). Right
     padding needs no attention mask: a real token never attends to a later position. The state that
     predicts completion token 0 is the context's last hidden state; token ``t ≥ 1`` is predicted by the
     completion's state at ``t − 1``. Gradients reach the context through every bucket (they add up, as
@@ -247,9 +252,12 @@ def shared_context_hidden(
     offset = torch.zeros(len(batch), dtype=torch.long)  # row → start of its states in the concatenation
     pos_total = 0
     cache_kw = _cache_kwarg(base)
-    for bucket in length_buckets([max(1, k) for k in lengths]):
+    fed = [max(0, k - 1) for k in lengths]  # completion tokens each row feeds: all but its last
+    for bucket in length_buckets(fed):
         m = len(bucket)
-        w = max(1, max(lengths[i] for i in bucket))
+        w = max(fed[i] for i in bucket)
+        if w == 0:  # completions of one token: predicted by the context's last state alone
+            continue
         ids = batch.completion_ids[bucket, :w].clone()
         ids[batch.completion_mask[bucket, :w] <= 0] = pad_token_id
         cache = DynamicCache(ddp_cache_data=[(k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)) for k, v in kv],
@@ -260,9 +268,11 @@ def shared_context_hidden(
         for r, i in enumerate(bucket):
             offset[i] = pos_total + r * w
         pos_total += m * w
-    h_at = torch.cat(pieces, dim=0)  # [Σ m·w, H]
     h_first = out.last_hidden_state[0, -1]  # [H]: predicts completion token 0 of every row
-    idx = offset[rows] + (cols - 1).clamp(min=0)
+    if not pieces:  # every completion has one token
+        return h_first[None].expand(len(rows), H)
+    h_at = torch.cat(pieces, dim=0)  # [Σ m·w, H]
+    idx = (offset[rows] + (cols - 1).clamp(min=0)).clamp(max=h_at.shape[0] - 1)  # cols == 0: replaced below
     h = h_at[idx]  # [k, H]
     return torch.where((cols == 0)[:, None], h_first[None].expand_as(h), h)
 
