@@ -97,3 +97,11 @@ def test_build_cli_pauses_then_finishes_and_cleans_up(tmp_path, monkeypatch, cap
     whole, _, _ = pretrain(MICRO2, progress=False)
     assert _same_weights(whole, AutoModelForCausalLM.from_pretrained(target))
     assert build_main(["testbed:nope", "--cache-dir", str(tmp_path)]) == 2
+
+
+def test_testbed_v2l_recipe_is_testbed_v2_with_the_v2l_policy():
+    from rlvr.config import build_config
+
+    a, b = build_config(["grpo", "testbed_v2"], []), build_config(["grpo", "testbed_v2l"], [])
+    assert (a.model.name_or_path, b.model.name_or_path) == ("testbed:v2", "testbed:v2l")
+    assert a.task == b.task and a.fbos == b.fbos and a.ib_tpo == b.ib_tpo and a.learning_rate == b.learning_rate
