@@ -43,12 +43,7 @@ BudgetKind = Literal["steps", "rollouts", "tokens"]
 
 
 class BudgetExhausted(RlvrError):
-    """Raised inside a run when its next step would exceed the comparison budget (ends the run).
-
-    ``run_status`` is what the trainer's end-of-run summary says (``rlvr: run stopped (comparison
-    budget): …``); without it a run that spent its budget as planned was summarised as "failed"."""
-
-    run_status = "stopped (comparison budget)"
+    """Raised inside a run when its next step would exceed the comparison budget (ends the run)."""
 
 
 @dataclass(frozen=True)

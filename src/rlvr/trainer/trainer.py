@@ -627,9 +627,6 @@ class Trainer:
         except IdleRunError:
             status = "stopped (no learning signal)"
             raise
-        except Exception as exc:  # a caller's planned stop (e.g. rlvr compare's budget) names its own status
-            status = getattr(exc, "run_status", status)
-            raise
         finally:
             if self._pipeline is not None:
                 try:
