@@ -115,13 +115,17 @@ PRESETS: dict[str, TestbedSpec] = {
                          max_level=4),
     "v2": TestbedSpec(steps=1000, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
                       feedback_noise=0.1),
+    "v2l": TestbedSpec(steps=2400, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
+                       feedback_noise=0.1),
     "micro2": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                           max_level=4, hard_max_level=5, hard_noise=0.45, chain_steps=2, feedback_frac=0.3,
                           feedback_noise=0.1),
 }
 """Named specs: ``small`` (v1, 0.33 M parameters, ~100 s of pre-training on 2 cores), ``micro`` (tests),
-``v2`` (testbed v2, issue 17 §2: chains, hard levels 7–8, corrections; ``docs/testbed.md``) and
-``micro2`` (v2 features at test size)."""
+``v2`` (testbed v2, issue 17 §2: chains, hard levels 7–8, corrections; ``docs/testbed.md``), ``v2l``
+(the same mixture and architecture pre-trained 2.4× longer, 2400 steps: v2 ended at 0.80 nats/token and
+GRPO barely moved it; ~12 min of pre-training on the shared machine, so build it in chunks with
+``python -m rlvr.testbed.build testbed:v2l --max-seconds 480``) and ``micro2`` (v2 features at test size)."""
 
 
 def parse_spec(name: str) -> tuple[str, TestbedSpec]:
@@ -235,36 +239,123 @@ def _v2_loss(model: Any, ids: torch.Tensor, lab: torch.Tensor, pad_id: int) -> t
     return acc
 
 
-def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
+class PretrainPaused(RuntimeError):
+    """Raised by :func:`pretrain` when ``max_seconds`` ran out first; the checkpoint holds the
+    progress (``.step``) and the next call with the same ``checkpoint_dir`` resumes from it."""
+
+    def __init__(self, step: int, total: int, checkpoint_dir: Path) -> None:
+        super().__init__(f"testbed pre-training paused at step {step}/{total}; checkpoint {checkpoint_dir}")
+        self.step, self.total, self.checkpoint_dir = step, total, checkpoint_dir
+
+
+def _lr_factor(spec: TestbedSpec, step: int) -> float:
+    """Learning-rate factor of optimizer step ``step`` (0-based): linear warm-up over 5 % of the steps,
+    then cosine decay from 1 to 0.1."""
+    warm = max(1, spec.steps // 20)
+    if step < warm:
+        return (step + 1) / warm
+    p = (step - warm) / max(1, spec.steps - warm)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
+
+
+def _rng_to_json(state: tuple) -> list:
+    return [state[0], list(state[1]), state[2]]
+
+
+def _rng_from_json(state: list) -> tuple:
+    return (state[0], tuple(state[1]), state[2])
+
+
+def _save_checkpoint(ckpt: Path, model: Any, opt: Any, step: int, rng: random.Random, losses: list[float],
+                     seconds: float, spec: TestbedSpec) -> None:
+    """Write model (safetensors), optimizer state and ``state.json`` (step, data-stream RNG state,
+    losses, elapsed seconds) into ``ckpt``; ``state.json`` is replaced last and atomically, so a
+    checkpoint cut mid-write is never read as complete (its ``step`` still names the files' step
+    only after every file of that step is in place)."""
+    from safetensors.torch import save_model
+
+    ckpt.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt / f".step{step}"
+    tmp.mkdir(exist_ok=True)
+    save_model(model, str(tmp / "model.safetensors"))
+    torch.save(opt.state_dict(), tmp / "optim.pt")
+    state = {"step": step, "rng": _rng_to_json(rng.getstate()), "losses": losses, "seconds": seconds,
+             "key": spec.key(), "dir": tmp.name}
+    (tmp / "state.json").write_text(json.dumps(state))
+    os.replace(tmp / "state.json", ckpt / "state.json.new")
+    os.replace(ckpt / "state.json.new", ckpt / "state.json")
+    for old in ckpt.glob(".step*"):
+        if old.name != tmp.name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(ckpt: Path, model: Any, opt: Any, spec: TestbedSpec) -> tuple[int, tuple, list[float], float] | None:
+    """Restore a checkpoint written by :func:`_save_checkpoint`; ``None`` when there is none.
+
+    Raises:
+        ValueError: the checkpoint belongs to a different spec (its key differs).
+    """
+    from safetensors.torch import load_model
+
+    f = ckpt / "state.json"
+    if not f.is_file():
+        return None
+    state = json.loads(f.read_text())
+    if state.get("key") != spec.key():
+        raise ValueError(f"testbed checkpoint {ckpt} is for spec key {state.get('key')!r}, not {spec.key()!r}; "
+                         "delete the folder to start afresh")
+    d = ckpt / state["dir"]
+    load_model(model, str(d / "model.safetensors"))
+    opt.load_state_dict(torch.load(d / "optim.pt", weights_only=True))
+    return int(state["step"]), _rng_from_json(state["rng"]), list(state["losses"]), float(state["seconds"])
+
+
+def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
+             checkpoint_dir: str | os.PathLike | None = None, save_every: int = 100,
+             max_seconds: float | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """Pre-train a testbed model from scratch (deterministic for ``spec``: same spec, same weights).
 
     ``progress`` shows a bar on stderr (steps, loss, ETA; lines in a log file, :mod:`rlvr.progress`).
 
+    Resumable: with ``checkpoint_dir``, the model, optimizer, data-stream RNG state and losses are
+    saved there every ``save_every`` steps, and a later call resumes from the last checkpoint. The
+    result is bit-identical to one uninterrupted run (tested), so a long pre-training can be done in
+    chunks: with ``max_seconds`` the call saves and raises :class:`PretrainPaused` once that much
+    time has passed in this call (interpretation: a chunk fits one ≤ 9-minute heavy-lock hold, the
+    rule of this project's shared machine).
+
     Returns:
         ``(model, tokenizer, info)``; ``info`` has ``final_loss`` (mean next-token cross-entropy in
-        nats over the last 10 % of steps), ``seconds``, ``num_parameters`` and the spec.
+        nats over the last 10 % of steps), ``seconds`` (summed over chunks), ``num_parameters``,
+        ``loss_curve`` (mean loss per 10 % of the steps) and the spec.
+
+    Raises:
+        PretrainPaused: ``max_seconds`` ran out before the last step (progress is in the checkpoint).
+        ValueError: ``max_seconds`` without ``checkpoint_dir``; a checkpoint of another spec.
     """
+    if max_seconds is not None and checkpoint_dir is None:
+        raise ValueError("pretrain: max_seconds needs a checkpoint_dir to save the progress in")
     tok = build_tokenizer(v2=spec.is_v2)
     model = build_model(spec, tok)
     model.train()
     rng = random.Random(spec.seed * 7919 + 17)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
-    warm = max(1, spec.steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        p = (step - warm) / max(1, spec.steps - warm)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate * _lr_factor(spec, 0), weight_decay=0.01,
+                            betas=(0.9, 0.98))
+    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    start, losses, before = 0, [], 0.0
+    if ckpt is not None:
+        got = _load_checkpoint(ckpt, model, opt, spec)
+        if got is not None:
+            start, rng_state, losses, before = got
+            rng.setstate(rng_state)
     t0 = time.perf_counter()
-    losses = []
     from rlvr.progress import progress_bar
 
-    bar = progress_bar(total=spec.steps, desc="testbed pre-training (first use, then cached)", unit="step",
-                       delay=2.0, disable=not progress)
-    for step in range(spec.steps):
+    bar = progress_bar(total=spec.steps, initial=start, desc="testbed pre-training (first use, then cached)",
+                       unit="step", delay=2.0, disable=not progress)
+    for step in range(start, spec.steps):
+        for g in opt.param_groups:  # the value LambdaLR gave before (base lr × factor): same floats
+            g["lr"] = spec.learning_rate * _lr_factor(spec, step)
         ids, lab = _batch(rng, spec, tok)
         opt.zero_grad(set_to_none=True)
         loss = _v2_loss(model, ids, lab, tok.pad_token_id) if spec.is_v2 else None
@@ -274,21 +365,31 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True) ->
             loss = out.loss
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         losses.append(float(loss.detach()))
         bar.update(1)
         if (step + 1) % 50 == 0:
             bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}", refresh=False)
         if log_every and (step + 1) % log_every == 0:
             print(f"testbed pretrain step {step + 1}/{spec.steps} loss {sum(losses[-log_every:]) / log_every:.3f}", flush=True)
+        done = step + 1
+        if ckpt is not None and done < spec.steps:
+            out_of_time = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+            if out_of_time or done % save_every == 0:
+                _save_checkpoint(ckpt, model, opt, done, rng, losses, before + time.perf_counter() - t0, spec)
+            if out_of_time:
+                bar.close()
+                raise PretrainPaused(done, spec.steps, ckpt)
     bar.close()
     model.eval()
     tail = losses[-max(1, spec.steps // 10):]
+    tenth = max(1, len(losses) // 10)
     info = {
         "spec": dataclasses.asdict(spec),
         "final_loss": sum(tail) / len(tail),
-        "seconds": round(time.perf_counter() - t0, 1),
+        "seconds": round(before + time.perf_counter() - t0, 1),
         "num_parameters": sum(p.numel() for p in model.parameters()),
+        "loss_curve": [round(sum(losses[i:i + tenth]) / len(losses[i:i + tenth]), 4)
+                       for i in range(0, len(losses), tenth)],
     }
     return model, tok, info
 
@@ -301,34 +402,49 @@ def testbed_cache_dir(name: str, cache_dir: str | os.PathLike | None = None) -> 
 
 
 def ensure_testbed_model(name: str = "testbed", cache_dir: str | os.PathLike | None = None, *,
-                         log_every: int = 0) -> Path:
+                         log_every: int = 0, max_seconds: float | None = None) -> Path:
     """Return the cached folder of testbed model ``name``, pre-training and saving it on first use.
 
-    The folder is written under a temporary name and renamed into place (atomic; a concurrent
-    build that wins the race is used). It holds ``model.safetensors``, the tokenizer with its chat
-    template, and ``testbed.json`` (spec, final loss, build time).
+    The folder is written under a temporary name and renamed into place (atomic). Builds of one
+    name are serialised by an exclusive lock on ``<folder>.lock``, so concurrent callers (e.g. the
+    two workers of ``rlvr compare --jobs 2``) pre-train once and the second one loads the result.
+    Progress is checkpointed in ``<folder>.partial`` (every 100 steps): a build that is killed or
+    paused resumes there (:func:`pretrain`); with ``max_seconds`` this call pre-trains for at most
+    that long and raises :class:`PretrainPaused` if the model is not finished
+    (``python -m rlvr.testbed.pretrain NAME --max-seconds S``). The folder holds
+    ``model.safetensors``, the tokenizer with its chat template, and ``testbed.json`` (spec, final
+    loss, loss curve, build time).
 
     Raises:
         ValueError: see :func:`parse_spec`.
+        PretrainPaused: ``max_seconds`` ran out first.
     """
+    import fcntl
+
     target = testbed_cache_dir(name, cache_dir)
     if (target / "config.json").is_file():
         return target
     _, spec = parse_spec(name)
-    model, tok, info = pretrain(spec, log_every=log_every)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        os.chmod(tmp, 0o755)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        (tmp / "testbed.json").write_text(json.dumps(info, indent=2) + "\n")
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").is_file():  # built by the holder we waited for
+            return target
+        partial = target.parent / f"{target.name}.partial"
+        model, tok, info = pretrain(spec, log_every=log_every, checkpoint_dir=partial, max_seconds=max_seconds)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.chmod(tmp, 0o755)
+            model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            (tmp / "testbed.json").write_text(json.dumps(info, indent=2) + "\n")
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not (target / "config.json").is_file():
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)
     return target
