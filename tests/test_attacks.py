@@ -11,14 +11,8 @@ from rlvr import cli
 from rlvr.config import build_config
 from rlvr.errors import ConfigError
 
-TINY = ["model.name_or_path=tiny", "task.name=basic_arithmetic", "task.train_size=16", "task.eval_size=4",
-        "num_generations=2", "generation_batch_size=4", "per_device_train_batch_size=4",
-        "max_completion_length=4", "max_prompt_length=48", "reward_timeout_s=0", "logging.progress=false",
-        "logging.tensorboard=false", "max_steps=2", "eval.num_samples=2", "eval.ks=[1,2]"]
-
-
-def _train(tmp_path, *extra):
-    return cli.main(["train", *TINY, f"logging.output_dir={tmp_path / 'run'}", *extra])
+from cli_fixtures import TINY
+from cli_fixtures import train_tiny as _train
 
 
 def _no_model(monkeypatch):
@@ -171,12 +165,14 @@ def test_bare_source_name_without_its_package_says_how_to_register_it(monkeypatc
 
 
 def test_train_help_lists_every_built_in_recipe(capsys):
-    from pathlib import Path
+    from rlvr.config import RECIPES_DIR
 
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for recipe in sorted(p.stem for p in (Path(cli.__file__).parent / "recipes").glob("*.yaml")):
+    recipes = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+    assert {"grpo", "testbed_v2", "uec_rl_release"} <= set(recipes)  # the folder really was found
+    for recipe in recipes:
         assert recipe + "," in out or recipe + ")" in out, recipe
 
 

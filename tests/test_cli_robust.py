@@ -12,14 +12,9 @@ import pytest
 
 from rlvr import cli
 
-TINY = ["model.name_or_path=tiny", "task.name=basic_arithmetic", "task.train_size=16", "task.eval_size=4",
-        "num_generations=2", "generation_batch_size=4", "per_device_train_batch_size=4",
-        "max_completion_length=4", "max_prompt_length=48", "reward_timeout_s=0", "logging.progress=false",
-        "logging.tensorboard=false", "max_steps=2", "eval.num_samples=2", "eval.ks=[1,2]"]
+from cli_fixtures import TINY
+from cli_fixtures import train_tiny as _train
 
-
-def _train(tmp_path, *extra):
-    return cli.main(["train", *TINY, f"logging.output_dir={tmp_path / 'run'}", *extra])
 
 
 def test_reused_output_dir_is_refused_naming_it_and_both_ways_out(tmp_path, capsys):

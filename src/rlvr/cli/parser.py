@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Sequence
 
 from rlvr.cli.common import _nonnegative_float, _nonnegative_int, _positive_int
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from rlvr.config import RECIPES_DIR
+
     p.add_argument("--config", "-c", action="append", default=[], metavar="FILE",
                    help="YAML config or built-in recipe name ("
-                   + ", ".join(sorted(f.stem for f in (Path(__file__).parent.parent / "recipes").glob("*.yaml")))
+                   + ", ".join(sorted(f.stem for f in RECIPES_DIR.glob("*.yaml")))
                    + "); repeatable, later wins")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
 
