@@ -127,7 +127,8 @@ def test_sigkill_at_random_point_then_resume_continues_identically(tmp_path):
     process → the same metrics at every later step and bit-identical final weights."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    seed = random.randrange(10**6)
+    # RLVR_KILL_SEED=<seed from a failure message> replays that run's kill points
+    seed = int(os.environ.get("RLVR_KILL_SEED", random.randrange(10**6)))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, str(script), TESTS_DIR, json.dumps(CASES), str(seed), str(tmp_path)],
@@ -136,13 +137,13 @@ def test_sigkill_at_random_point_then_resume_continues_identically(tmp_path):
     assert proc.returncode == 0, f"seed {seed}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     info = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))[7:])
     for k in CASES:
-        assert info[k]["killed"] and info[k]["exit"] == 0, (k, info, proc.stderr[-4000:])
+        assert info[k]["killed"] and info[k]["exit"] == 0, (k, seed, info, proc.stderr[-4000:])
         start = int((tmp_path / k / "resumed_from").read_text())
-        assert start >= 1, f"{k}: no checkpoint was used"
+        assert start >= 1, f"{k}: no checkpoint was used (seed {seed})"
         run_dir, ref_dir = tmp_path / k / "run", tmp_path / k / "ref"
         got, want = _metrics(run_dir / "metrics.jsonl"), _metrics(ref_dir / "metrics.jsonl")
         n = max(want)
-        assert sorted(got) == list(range(1, n + 1))
+        assert sorted(got) == list(range(1, n + 1)), f"{k}: steps {sorted(got)} (seed {seed}, {info[k]})"
         for step in range(start + 1, n + 1):
             a = {m: v for m, v in want[step].items() if not m.startswith(VOLATILE) and not m.endswith("_total")}
             b = {m: v for m, v in got[step].items() if not m.startswith(VOLATILE) and not m.endswith("_total")}
@@ -151,7 +152,7 @@ def test_sigkill_at_random_point_then_resume_continues_identically(tmp_path):
         from safetensors.torch import load_file
 
         wa, wb = load_file(str(ref_dir / "final" / "model.safetensors")), load_file(str(run_dir / "final" / "model.safetensors"))
-        assert wa.keys() == wb.keys() and all(torch.equal(wa[t], wb[t]) for t in wa), f"{k}: final weights differ"
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[t], wb[t]) for t in wa), f"{k}: final weights differ (seed {seed})"
 
 
 def _trainer(tmp_path, tiny, *overrides, seed=0):
