@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReach
 from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
 from rlvr.errors import ConfigError, IdleRunError, RunStopped
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
+from rlvr.eval.report import write_text_atomic
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
 
@@ -371,9 +371,7 @@ def curve_values(metrics: dict[str, Any], primary_phase: str | None = None) -> d
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2))
 
 
 def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,

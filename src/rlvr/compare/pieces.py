@@ -19,10 +19,11 @@ Source: interpretation (no paper): the checkpoint is the trainer's SIGTERM check
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from rlvr.eval.report import write_text_atomic
 
 PIECE_FILE = "piece.json"
 
@@ -58,9 +59,7 @@ class PieceState:
     def save(self, run_dir: str | Path) -> Path:
         """Write ``run_dir/piece.json`` atomically."""
         path = Path(run_dir) / PIECE_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(asdict(self), indent=1))
         return path
 
     @staticmethod

@@ -8,6 +8,7 @@ with the same problems, samples and seeds, then writes one Markdown table and on
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,15 +145,23 @@ def write_report(rows: Sequence[dict[str, Any]], json_path: Path, md_path: Path,
     temporary name and renamed, so an existing report is never left half-written."""
     payload: dict[str, Any] = dict(single) if single is not None else {}
     payload["rows"] = list(rows)
-    _atomic_write(json_path, json.dumps(payload, indent=2))
-    _atomic_write(md_path, markdown_table(rows))
+    write_text_atomic(json_path, json.dumps(payload, indent=2))
+    write_text_atomic(md_path, markdown_table(rows))
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a per-process temporary file and ``os.replace``, so a reader
+    (or a kill at any moment) sees the old file or the new one, never half of one. Creates the parent
+    folder. Used by the eval report and by ``rlvr compare``'s result and piece files.
+
+    Raises:
+        OSError: the folder cannot be created or written (e.g. a full disk).
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
-    tmp.replace(path)
+    os.replace(tmp, path)
 
 
 class SamplesWriter:
