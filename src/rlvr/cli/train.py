@@ -109,11 +109,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
                              f"{cfg.logging.output_dir} (--resume) or delete it and start over (--overwrite)")
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if args.resume and not launched:  # one process owns the dir: tidy first, so a checkpoint put back is resumed
+        from rlvr.trainer.run_dir import clean_stale_temporaries
+
+        clean_stale_temporaries(cfg.logging.output_dir, log=lambda m: print(m, file=sys.stderr))
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.distributed import init_distributed, shutdown
     from rlvr.distributed.setup import local_config
 
-    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if launched else 1
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
     from rlvr.engines.factory import check_engine_config

@@ -25,7 +25,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import torch
 
+from rlvr.staging import make_staging_dir, remove_stale
 from rlvr.testbed.mixture import V2_CHARS, v2_example
 from rlvr.testbed.task import ALPHABET, OPS, make_example
 
@@ -432,7 +432,9 @@ def ensure_testbed_model(name: str = "testbed", cache_dir: str | os.PathLike | N
             return target
         partial = target.parent / f"{target.name}.partial"
         model, tok, info = pretrain(spec, log_every=log_every, checkpoint_dir=partial, max_seconds=max_seconds)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        # the lock holder is the only writer of this target's staging folders: earlier ones are leftovers
+        remove_stale(target.parent, lambda i: i["name"] == target.name, owned_by_caller=True)
+        tmp = make_staging_dir(target)
         try:
             os.chmod(tmp, 0o755)
             model.save_pretrained(tmp, safe_serialization=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ import torch
 
 from rlvr.errors import RlvrError
 from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
+from rlvr.staging import aside_name, make_staging_dir
 from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
     CHECKPOINT_VERSION,
     STATE_FILE,
@@ -107,7 +107,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = make_staging_dir(path)
     stage = "model.safetensors"  # the file being written, for the error message
     try:
         trainer.model.save_pretrained(tmp, safe_serialization=True)  # a PeftModel writes its adapter only
@@ -138,7 +138,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         apply_umask(tmp)  # mkdtemp makes 0700 and some writers 0600: follow the user's umask instead
         old = None
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = aside_name(path)
             os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr.lora import is_peft_model, write_base_model_spec
+from rlvr.staging import aside_name, make_staging_dir
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
@@ -124,7 +124,7 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
     tmp_name = None
     if trainer.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_name = tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+        tmp_name = str(make_staging_dir(path))
     tmp = Path(dp.broadcast(tmp_name))
     try:
         _write_hf_folder(trainer, tmp)
@@ -151,7 +151,7 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
                 os.fsync(f.fileno())
             old = None
             if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                old = aside_name(path)
                 os.replace(path, old)
             os.replace(tmp, path)
             if old is not None:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 from rlvr.errors import OutputDirError
+from rlvr.staging import aside_name, may_remove, parse, remove_stale
 
 STATE_FILE = "trainer_state.json"  # same name as rlvr.trainer.checkpoint.STATE_FILE
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "config.yaml", "tb", "final")
@@ -248,8 +251,74 @@ def rotate_checkpoints(output_dir: str | Path, keep: int | None) -> list[Path]:
         return []
     old = [p for _, p in checkpoints(output_dir)][keep:]
     for p in old:
-        shutil.rmtree(p, ignore_errors=True)
+        gone = aside_name(p, "del")  # renamed first: a kill mid-deletion leaves no half checkpoint-N
+        try:
+            os.replace(p, gone)
+        except OSError:
+            gone = p
+        shutil.rmtree(gone, ignore_errors=True)
     return old
+
+
+_RUN_FOLDER = re.compile(r"^(checkpoint-\d+|final)$")
+"""The folders of a run dir that are written through a staging folder (checkpoint.py, dist_checkpoint.py)."""
+
+
+def clean_stale_temporaries(output_dir: str | Path, log: Callable[[str], None] | None = None
+                            ) -> tuple[list[Path], list[Path]]:
+    """Tidy the staging folders a killed save left in ``output_dir`` (see :mod:`rlvr.staging`).
+
+    1. A kill between moving ``checkpoint-N`` (or ``final``) aside and renaming its replacement in leaves
+       the name missing and its previous contents in ``.checkpoint-N.old-*``: that folder is renamed back
+       (the newest one if there are several), so nothing already written is lost.
+    2. The other ``.checkpoint-N.{tmp,old,del}-*`` and ``.final.{tmp,old,del}-*`` folders are deleted:
+       half-written checkpoints, replaced ones, ones on their way to deletion.
+
+    When it is safe (interpretation, as rlvr calls it): every staging folder of a run dir is made by the
+    process that owns the dir: one ``rlvr train``, or rank 0 of a ``torchrun`` job (other ranks write into
+    the folder rank 0 made and broadcast). So the caller is rank 0 (or the only process), before its first
+    save; nothing of its own is then in flight. A folder whose name says it belongs to a live process on
+    this host (a second process writing the same dir, which rlvr refuses without ``--resume``) is still
+    left alone; names of older rlvr versions (no owner in them) and of another host are removed, since a
+    second job writing one run dir from another node is not supported. Only folders directly in
+    ``output_dir`` with exactly these names are touched (never ``checkpoint-N`` itself, never recursively).
+
+    Args:
+        output_dir: the run dir.
+        log: called with one line naming what was restored or removed (nothing when nothing was).
+
+    Returns:
+        ``(restored, removed)`` folders.
+    """
+    out = Path(output_dir)
+    if not out.is_dir():
+        return [], []
+
+    def ours(info: dict[str, str]) -> bool:
+        return bool(_RUN_FOLDER.match(info["name"]))
+
+    restored = []
+    asides: dict[str, list[Path]] = {}
+    for p in out.iterdir():
+        info = parse(p.name)
+        if info and ours(info) and info["kind"] == "old" and p.is_dir() and not p.is_symlink():
+            asides.setdefault(info["name"], []).append(p)
+    for name, found in asides.items():
+        target = out / name
+        found = [p for p in found if may_remove(p, owned_by_caller=True)]
+        if found and not target.exists():
+            newest = max(found, key=lambda q: q.stat().st_mtime)
+            os.replace(newest, target)
+            restored.append(target)
+    removed = remove_stale(out, ours, owned_by_caller=True)
+    if log is not None and restored:
+        log(f"rlvr: {', '.join(p.name for p in restored)} was missing after a save interrupted while replacing it: "
+            f"put the previous version back in {out}")
+    if log is not None and removed:
+        log(f"rlvr: removed {len(removed)} leftover folder{'' if len(removed) == 1 else 's'} of interrupted saves "
+            f"in {out}: {', '.join(p.name for p in removed)}")
+    return restored, removed
+
 
 
 def current_umask() -> int:

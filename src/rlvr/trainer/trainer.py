@@ -52,7 +52,7 @@ from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.rollout import assign_advantages, check_filter_metric, collect_generation_batch
-from rlvr.trainer.run_dir import rotate_checkpoints
+from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
 from rlvr.trainer.update import MaskFn, policy_update
 from rlvr.types import RolloutBatch, SamplingParams
 
@@ -540,7 +540,8 @@ class Trainer:
                 it on purpose; the summary says ``stopped (<why>)`` and no checkpoint is written.
         """
         cfg = self.cfg
-        if self.rank == 0:
+        if self.rank == 0:  # before this run's first save: a killed save's leftovers (run_dir: why it is safe)
+            clean_stale_temporaries(self.output_dir, log=lambda m: print(m, file=sys.stderr))
             trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
                                       cfg.logging, resume=self.global_step > 0)
             logger = RunLogger(
