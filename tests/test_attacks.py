@@ -183,7 +183,7 @@ def test_overwrite_keeps_the_old_run_when_the_model_path_is_mistyped(tmp_path, c
     before = sorted(p.name for p in run.iterdir())
     capsys.readouterr()
     missing = tmp_path / "no_such_model"
-    assert _train(tmp_path, "--overwrite", f"model.name_or_path={missing}") == 1
+    assert _train(tmp_path, "--overwrite", f"model.name_or_path={missing}") == 2
     err = capsys.readouterr().err
     assert f"path '{missing}' does not exist" in err and "deleted" not in err
     assert sorted(p.name for p in run.iterdir()) == before

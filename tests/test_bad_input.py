@@ -51,8 +51,8 @@ def test_missing_model_path_is_a_clear_fast_error(tmp_path, capsys):
     code = cli.main(["train", "task.type=jsonl", f"task.path={f}", "task.eval_size=1",
                      f"model.name_or_path={missing}", f"logging.output_dir={tmp_path / 'o'}"])
     err = capsys.readouterr().err
-    assert code == 1, err
-    assert str(missing) in err and "does not exist" in err
+    assert code == 2, err  # bad input, found before any model loads: a configuration error
+    assert str(missing) in err and "does not exist" in err and "model.name_or_path" in err
     assert time.perf_counter() - t < 20  # no hub retries with back-off
 
 

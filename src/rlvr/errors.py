@@ -21,6 +21,14 @@ class ModelLoadError(RlvrError):
     """A model or tokenizer could not be found or loaded."""
 
 
+class ModelPathError(ConfigError, ModelLoadError):
+    """A model path names nothing a model could be loaded from (``model.name_or_path``, ``--checkpoint``,
+    ``rlvr export``'s folder): it does not exist, or it is a file or folder of the wrong kind. Bad input,
+    found before any model loads, so the CLI exits 2 as for other configuration errors (a model that is
+    there but fails to load is a :class:`ModelLoadError`, exit 1); a ``ModelLoadError`` too, for callers
+    that catch that."""
+
+
 class OutputDirError(ConfigError):
     """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from rlvr.errors import ConfigError, ModelLoadError
+from rlvr.errors import ConfigError, ModelLoadError, ModelPathError, OutputDirError
 
 BASE_MODEL_FILE = "rlvr_base_model.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -410,15 +410,18 @@ def export_merged(folder: str | Path, out: str | Path, model_cfg: Any) -> Path:
     (safetensors + tokenizer; loads with ``AutoModelForCausalLM.from_pretrained(out)``).
 
     Raises:
-        ModelLoadError: ``folder`` holds no adapter, or its base cannot be loaded.
-        FileExistsError: ``out`` exists and is not empty.
+        ModelPathError: ``folder`` holds no adapter (exit 2).
+        ModelLoadError: its base cannot be loaded.
+        OutputDirError: ``out`` exists and is not empty (exit 2).
     """
     folder, out = Path(folder), Path(out)
+    if not folder.is_dir():
+        raise ModelPathError(f"rlvr export {folder}: no such folder (expected a LoRA run's final/ or checkpoint-N/)")
     if not is_adapter_folder(folder):
-        raise ModelLoadError(f"{folder}: no {ADAPTER_CONFIG}: not a LoRA adapter folder (a full model folder "
+        raise ModelPathError(f"{folder}: no {ADAPTER_CONFIG}: not a LoRA adapter folder (a full model folder "
                              "needs no merge; load it directly)")
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"--out {out}: folder exists and is not empty (nothing is overwritten)")
+        raise OutputDirError(f"--out {out}: folder exists and is not empty (nothing is overwritten)")
     model, tok = load_adapter_policy(folder, model_cfg, merge=True)
     import shutil
 
@@ -444,12 +447,13 @@ def load_checkpoint_policy(model_cfg: Any, path: str | Path) -> tuple[Any, Any]:
     merged for sampling speed) or any model folder :func:`rlvr.models.load_policy` reads.
 
     Raises:
-        ModelLoadError: ``path`` does not exist, or cannot be loaded (see the two loaders).
+        ModelPathError: ``path`` does not exist (exit 2).
+        ModelLoadError: it cannot be loaded (see the two loaders).
     """
     from rlvr.models import load_policy
 
     if not Path(path).exists():
-        raise ModelLoadError(f"--checkpoint {path}: no such folder")
+        raise ModelPathError(f"--checkpoint {path}: no such folder")
     if is_adapter_folder(path):
         return load_adapter_policy(path, model_cfg, merge=True)
     return load_policy(model_cfg.model_copy(update={"name_or_path": str(path), "lora": type(model_cfg.lora)()}))

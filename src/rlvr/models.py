@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from rlvr.config import ModelConfig
-from rlvr.errors import ModelLoadError
+from rlvr.errors import ModelLoadError, ModelPathError
 from rlvr.registry import Registry
 from rlvr.staging import make_staging_dir, remove_stale
 
@@ -147,21 +147,27 @@ def check_model_path(cfg: ModelConfig) -> None:
     costs that run (it was deleted first, then the load failed).
 
     Raises:
-        ModelLoadError: naming the path and what it resolved to (exit 1, as a failed load).
+        ModelPathError: naming the key, the path and what it resolved to (a ``ConfigError``: exit 2); also a
+            folder without ``config.json`` (unless ``model.gguf_file`` names a file in it).
     """
     name = cfg.name_or_path.strip()
     if name in ("default", "tiny") or name.startswith("tiny:") or name.split(":", 1)[0] in MODEL_SOURCES:
         return
     path = Path(name).expanduser()
+    if path.is_dir() and not cfg.gguf_file and not (path / "config.json").is_file():
+        raise ModelPathError(
+            f"model.name_or_path {name!r} is a folder without config.json: not a Hugging Face model folder (a run "
+            "dir's model is its final/ or checkpoint-N/; a LoRA adapter folder is evaluated with --checkpoint)"
+        )
     if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
         return
     if path.exists():
-        raise ModelLoadError(
+        raise ModelPathError(
             f"model.name_or_path {name!r} is a file but not a .gguf file: give a folder in Hugging Face "
             "layout, a .gguf file, 'default', or a hub id"
         )
     if _looks_like_path(name):
-        raise ModelLoadError(
+        raise ModelPathError(
             f"model.name_or_path: path {name!r} does not exist (resolved to {str(path.resolve())!r}); "
             "give an existing folder or .gguf file, 'default', or a Hugging Face hub id like org/name"
         )

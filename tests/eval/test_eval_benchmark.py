@@ -147,7 +147,7 @@ def test_eval_bad_checkpoint_fails_before_any_model_loads(tmp_path, capsys, monk
     ev = _gsm_file(tmp_path / "test.jsonl", 3)
     empty = tmp_path / "empty_run"
     empty.mkdir()
-    assert cli.main(["eval", "task.type=jsonl", f"task.eval_path={ev}", "--checkpoint", str(empty)]) == 1
+    assert cli.main(["eval", "task.type=jsonl", f"task.eval_path={ev}", "--checkpoint", str(empty)]) == 2  # bad input (ModelPathError): a configuration error
     assert "neither a model folder" in capsys.readouterr().err
 
 

@@ -285,8 +285,8 @@ def test_final_adapter_loads_with_peft_and_exports_merged(tmp_path, tiny):
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     got, _ = batch_logprobs(merged, batch, pad_token_id=2)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert cli.main(["export", str(final), "--merge", "--out", str(tmp_path / "merged")]) == 1  # never overwrites
-    assert cli.main(["export", str(base_dir), "--merge", "--out", str(tmp_path / "m2")]) == 1  # not an adapter
+    assert cli.main(["export", str(final), "--merge", "--out", str(tmp_path / "merged")]) == 2  # never overwrites (bad input: an OutputDirError)
+    assert cli.main(["export", str(base_dir), "--merge", "--out", str(tmp_path / "m2")]) == 2  # not an adapter (bad input: a ModelPathError)
 
 
 def test_eval_checkpoint_accepts_an_adapter_or_a_merged_folder(tmp_path, tiny, monkeypatch):

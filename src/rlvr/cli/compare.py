@@ -56,6 +56,24 @@ def _compare_spec(args: argparse.Namespace):
     return spec
 
 
+def _check_model_paths(spec) -> None:
+    """Refuse, before any run starts, an arm whose ``model.name_or_path`` names no model (a run would
+    otherwise fail alone, leave ``error.txt`` and let the comparison end with exit 0).
+
+    Raises:
+        ConfigError: naming the arm, the key and the path.
+    """
+    from rlvr.models import check_model_path
+
+    seed = spec.seeds[0]
+    for arm in spec.arms:
+        cfg = spec.run_config(arm, seed, Path(spec.output_dir) / arm.name / f"seed{seed}")
+        try:
+            check_model_path(cfg.model)
+        except ConfigError as exc:
+            raise ConfigError(f"compare arm {arm.name!r}: {exc}") from None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """``rlvr compare``: run every unfinished arm x seed under the budget, then write the report."""
     from rlvr.compare.harness import run_compare
@@ -67,6 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         if args.stop_after is not None and args.jobs > 1:
             raise ConfigError("rlvr compare --stop-after needs --jobs 1 (one run at a time is checkpointed)")
+        _check_model_paths(spec)
         run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs,
                     stop_after_s=args.stop_after)
         path = Path(spec.output_dir) / "report.md"

@@ -52,6 +52,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     check_engine_config(cfg)
     specs = resolve_models(args.checkpoint)
+    if any(spec.path is None for spec in specs):  # the config's model is evaluated: a mistyped path is exit 2, now
+        from rlvr.models import check_model_path
+
+        check_model_path(cfg.model)
     json_path = path
     stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
     md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
@@ -132,9 +136,16 @@ def cmd_eval_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """``rlvr plot RUN_DIR``: write PNG curves."""
+    """``rlvr plot RUN_DIR``: write PNG curves.
+
+    Raises:
+        DataError: ``RUN_DIR`` has no ``metrics.jsonl`` (exit 2: bad input, not a failure of the plot).
+    """
+    from rlvr.errors import DataError
     from rlvr.eval.plot import plot_run
 
+    if not (Path(args.run_dir) / "metrics.jsonl").is_file():
+        raise DataError(f"rlvr plot {args.run_dir}: no metrics.jsonl there (expected an rlvr run directory)")
     path = plot_run(args.run_dir, args.out)
     print(f"rlvr: wrote {path}")
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from rlvr.errors import ModelLoadError
+from rlvr.errors import ModelPathError
 
 BASE = "base"
 """``--checkpoint base``: the configuration's own model (``model.name_or_path``), e.g. step 0 of a curve."""
@@ -64,7 +64,7 @@ def resolve_models(checkpoints: Sequence[str]) -> list[ModelSpec]:
     empty list means the configuration's model alone.
 
     Raises:
-        ModelLoadError: a value that is none of these (names it and what was expected).
+        ModelPathError: a value that is none of these (names it and what was expected; exit 2).
     """
     if not checkpoints:
         return [ModelSpec(BASE, None, 0)]
@@ -79,17 +79,17 @@ def resolve_models(checkpoints: Sequence[str]) -> list[ModelSpec]:
         elif p.is_dir():
             found = run_checkpoints(p)
             if not found:
-                raise ModelLoadError(
+                raise ModelPathError(
                     f"--checkpoint {value}: neither a model folder (no config.json) nor a run directory with "
                     "checkpoint-N/ or final/ model folders"
                 )
             out += [ModelSpec(f"{value.rstrip('/')}/{s.label}", s.path, s.step) for s in found]
         else:
-            raise ModelLoadError(f"--checkpoint {value}: no such folder or .gguf file (or 'base' for the config's model)")
+            raise ModelPathError(f"--checkpoint {value}: no such folder or .gguf file (or 'base' for the config's model)")
     labels = [s.label for s in out]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
-        raise ModelLoadError(f"--checkpoint: {', '.join(dup)} given more than once")
+        raise ModelPathError(f"--checkpoint: {', '.join(dup)} given more than once")
     return out
 
 
