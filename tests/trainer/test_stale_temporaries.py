@@ -168,3 +168,27 @@ def test_export_removes_a_killed_exports_staging_folder(tmp_path, monkeypatch):
     stale = _plant(tmp_path, f".merged.tmp-{_host()}-{_dead_pid()}-ab")
     out = lora.export_merged(src, tmp_path / "merged", None)
     assert (out / "config.json").is_file() and not stale.exists()
+
+
+def test_a_failed_rename_while_replacing_a_checkpoint_puts_the_old_one_back(tmp_path, tiny, monkeypatch):
+    import errno
+
+    import rlvr.trainer.checkpoint_state as cs
+    from rlvr.trainer.checkpoint import CheckpointWriteError
+
+    tr = _trainer(tmp_path, tiny, "max_steps=1")
+    ck = tr.save(tmp_path / "checkpoint-1")
+    want = _digests(ck)
+    real = cs.os.replace
+
+    def replace(src, dst):
+        if ".tmp-" in str(src):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(src, dst)
+
+    monkeypatch.setattr(cs.os, "replace", replace)
+    with pytest.raises(CheckpointWriteError, match=r"checkpoint-1 \(the rename into place\): Input/output error"):
+        tr.save(ck)
+    monkeypatch.undo()
+    assert _digests(ck) == want and checkpoint_problems(ck) == []  # was left moved aside, checkpoint-1 missing
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-1"]

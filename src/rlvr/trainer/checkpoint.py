@@ -27,21 +27,25 @@ from typing import Any
 
 import torch
 
-from rlvr.errors import RlvrError
 from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
-from rlvr.staging import aside_name, make_staging_dir
+from rlvr.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
     CHECKPOINT_VERSION,
     STATE_FILE,
+    WRITE_ERRORS,
+    CheckpointWriteError,
     capture_rng_state,
     data_fingerprint,
+    describe_write_error,
     file_digest,
+    free_space_note,
     load_round_state,
     pending_round_state,
     require_complete,
     restore_counters,
     restore_rng_state,
     save_round_state,
+    swap_into_place,
     trainer_counters,
 )
 from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
@@ -136,49 +140,18 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             f.flush()
             os.fsync(f.fileno())
         apply_umask(tmp)  # mkdtemp makes 0700 and some writers 0600: follow the user's umask instead
-        old = None
-        if path.exists():
-            old = aside_name(path)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except _WRITE_ERRORS as exc:
+        stage = "the rename into place"
+        swap_into_place(tmp, path)
+    except WRITE_ERRORS as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointWriteError(
-            f"could not write checkpoint {path} ({stage}): {getattr(exc, 'strerror', None) or exc}"
-            f"{_free_space_note(path.parent)}; the partial folder was removed, so nothing half-written is left"
+            f"could not write checkpoint {path} ({stage}): {describe_write_error(exc)}"
+            f"{free_space_note(path.parent)}; the partial folder was removed, so nothing half-written is left"
         ) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
-
-
-def _write_errors() -> tuple[type[BaseException], ...]:
-    """What a full or read-only disk raises while a checkpoint is written: ``OSError`` from plain
-    writes, ``SafetensorError`` from safetensors (``I/O error: No space left on device``, not an
-    OSError) and ``RuntimeError`` from ``torch.save`` (``[enforce fail at inline_container.cc] unexpected
-    pos``, which names no cause: hence :func:`_free_space_note`)."""
-    from safetensors import SafetensorError
-
-    return (OSError, SafetensorError, RuntimeError)
-
-
-_WRITE_ERRORS = _write_errors()
-
-
-def _free_space_note(folder: Path) -> str:
-    """``" (12.0 MB free on that disk)"``, or "" where the free space cannot be read."""
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return ""
-    return f" ({free / 1e6:.1f} MB free on that disk)"
-
-
-class CheckpointWriteError(RlvrError):
-    """A checkpoint could not be written (disk full, read-only); the message names the file. Exit code 1."""
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:

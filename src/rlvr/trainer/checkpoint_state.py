@@ -11,21 +11,92 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlvr.errors import RlvrError
+from rlvr.staging import aside_name
+
 __all__ = [
     "STATE_FILE", "CHECKPOINT_VERSION", "capture_rng_state", "restore_rng_state", "pending_round_state",
     "file_digest", "data_fingerprint", "require_complete", "save_round_state", "load_round_state",
-    "trainer_counters", "restore_counters",
+    "trainer_counters", "restore_counters", "CheckpointWriteError", "WRITE_ERRORS", "describe_write_error",
+    "free_space_note", "swap_into_place",
 ]
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_VERSION = 2
+
+
+class CheckpointWriteError(RlvrError):
+    """A checkpoint could not be written (disk full, read-only); the message names the checkpoint, the file
+    or stage, and the cause. The previous checkpoint at that path, if any, is left as it was. Exit code 1."""
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What a full or read-only disk raises while a checkpoint is written: ``OSError`` from plain writes,
+    ``SafetensorError`` from safetensors (``I/O error: No space left on device``, not an OSError),
+    ``RuntimeError`` from ``torch.save`` (``[enforce fail at inline_container.cc] unexpected pos``, which
+    names no cause: hence :func:`free_space_note`), and ``CheckpointException`` from
+    ``torch.distributed.checkpoint.save``: every rank's failure (an ``OSError`` of its ``.distcp`` writes or
+    of rank 0's ``.metadata``) is gathered and raised on every rank, wrapped in that class, which is a
+    ``BaseException``, not an ``Exception`` (torch/distributed/checkpoint/utils.py, ``_DistWrapper``)."""
+    from safetensors import SafetensorError
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (OSError, SafetensorError, RuntimeError, CheckpointException)
+
+
+WRITE_ERRORS = _write_errors()
+
+
+def describe_write_error(exc: BaseException) -> str:
+    """One line for a :data:`WRITE_ERRORS` exception: ``strerror`` (and the file) of an ``OSError``; for a
+    DCP ``CheckpointException`` the ranks that failed and each one's cause, not its multi-line traceback."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return "; ".join(f"rank {r}: {describe_write_error(e)}" for r, (e, _) in sorted(failures.items()))
+    if isinstance(exc, OSError):
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "") if exc.strerror else str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def free_space_note(folder: Path) -> str:
+    """``" (12.0 MB free on that disk)"``, or "" where the free space cannot be read."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    return f" ({free / 1e6:.1f} MB free on that disk)"
+
+
+def swap_into_place(tmp: Path, path: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``path``, replacing an older one there: it is moved aside
+    first (``.<name>.old-*``, :func:`rlvr.staging.aside_name`), and moved back if the rename fails, so
+    ``path`` holds the old or the new folder, never nothing. A kill between the two renames leaves the old
+    one aside, which :func:`rlvr.trainer.run_dir.clean_stale_temporaries` puts back on the next start.
+
+    Raises:
+        OSError: a rename failed (``path`` is then as it was).
+    """
+    old = None
+    if path.exists():
+        old = aside_name(path)
+        os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if old is not None:
+            os.replace(old, path)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def require_complete(path: Path) -> dict[str, Any]:

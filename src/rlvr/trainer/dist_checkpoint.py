@@ -30,17 +30,22 @@ from typing import Any
 import torch
 
 from rlvr.lora import is_peft_model, write_base_model_spec
-from rlvr.staging import aside_name, make_staging_dir
+from rlvr.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
+    WRITE_ERRORS,
+    CheckpointWriteError,
     capture_rng_state,
     data_fingerprint,
+    describe_write_error,
+    free_space_note,
     load_round_state,
     require_complete,
     restore_counters,
     restore_rng_state,
     save_round_state,
+    swap_into_place,
     trainer_counters,
 )
 
@@ -109,56 +114,105 @@ def _write_hf_folder(trainer: Any, folder: Path) -> None:
             write_base_model_spec(trainer.model, folder)
 
 
+def _agree(dp: Any, path: Path, failure: str | None) -> None:
+    """Every rank learns whether any rank's part of the save failed (one ``all_gather_object``, which is also
+    the barrier between the parts), and all raise together: a rank that failed alone would otherwise leave
+    the others waiting in the next collective until ``distributed.timeout_s``.
+
+    Raises:
+        CheckpointWriteError: naming ``path``, each failed rank, the file or stage and the cause.
+    """
+    failures = [f for f in dp.gather(failure) if f]
+    if failures:
+        raise CheckpointWriteError(
+            f"could not write checkpoint {path} ({'; '.join(failures)}){free_space_note(path.parent)}; the partial "
+            "folder was removed, so nothing half-written is left (an older checkpoint there is unchanged)"
+        )
+
+
 def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False) -> Path:
     """Write ``trainer``'s job state to ``path`` (call on every rank; see the module docstring).
 
     With ``hf_folder`` only the gathered Hugging Face folder is written (the final export).
 
+    A failed write on any rank (:data:`~rlvr.trainer.checkpoint_state.WRITE_ERRORS`: ``OSError``,
+    ``SafetensorError``, ``torch.save``'s ``RuntimeError``, DCP's ``CheckpointException``) is agreed on after
+    each part (the gathered model, DCP, the per-rank and shared state, rank 0's rename), so every rank raises
+    the same error at the same point and none waits in a collective; rank 0 removes the staging folder, and
+    an older checkpoint at ``path`` stays in place (:func:`~rlvr.trainer.checkpoint_state.swap_into_place`).
+
     Returns:
         the final path.
+
+    Raises:
+        CheckpointWriteError: on every rank, naming the checkpoint, the failed ranks, file or stage and cause.
     """
     import torch.distributed.checkpoint as dcp
 
     dp = trainer.dp
     path = Path(path)
-    tmp_name = None
-    if trainer.rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_name = str(make_staging_dir(path))
-    tmp = Path(dp.broadcast(tmp_name))
+    rank = trainer.rank
+
+    def failed(stage: str, exc: BaseException) -> str:
+        return f"rank {rank}, {stage}: {describe_write_error(exc)}"
+
+    tmp_name, failure = None, None
+    if rank == 0:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp_name = str(make_staging_dir(path))
+        except OSError as exc:
+            failure = failed("the staging folder", exc)
+    tmp_name, failure = dp.broadcast((tmp_name, failure))
+    _agree(dp, path, failure)
+    tmp = Path(tmp_name)
     try:
-        _write_hf_folder(trainer, tmp)
+        failure = None
+        try:
+            _write_hf_folder(trainer, tmp)
+        except WRITE_ERRORS as exc:
+            failure = failed("model.safetensors and tokenizer (the gathered policy)", exc)
+        _agree(dp, path, failure)
         if not hf_folder:
-            dcp.save(_state_dicts(trainer), checkpoint_id=str(tmp / "dcp"))
-            rank_dir = tmp / f"rank-{trainer.rank}"
-            rank_dir.mkdir(parents=True, exist_ok=True)
-            rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
-            (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
-            if trainer.rank == 0:
-                torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
-                state = {
-                    "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
-                    **trainer_counters(trainer),
-                    "loader": trainer.loader.state_dict(),
-                    "config": trainer.run_config.model_dump(mode="json"),
-                    "data": data_fingerprint(trainer.cfg.task),
-                }
-                (tmp / STATE_FILE).write_text(json.dumps(state))
-        dp.barrier()
-        if trainer.rank == 0:
-            with open(tmp / ".complete", "w") as f:
-                f.flush()
-                os.fsync(f.fileno())
-            old = None
-            if path.exists():
-                old = aside_name(path)
-                os.replace(path, old)
-            os.replace(tmp, path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        dp.barrier()
+            try:
+                dcp.save(_state_dicts(trainer), checkpoint_id=str(tmp / "dcp"))
+            except WRITE_ERRORS as exc:  # DCP gathers every rank's failure and raises it on all of them
+                failure = failed("dcp/ (sharded model and optimizer)", exc)
+            _agree(dp, path, failure)
+            stage = f"rank-{rank}/{RANK_STATE} and the round state"
+            try:
+                rank_dir = tmp / f"rank-{rank}"
+                rank_dir.mkdir(parents=True, exist_ok=True)
+                rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
+                (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
+                if rank == 0:
+                    stage = "scheduler.pt"
+                    torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
+                    stage = STATE_FILE
+                    state = {
+                        "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
+                        **trainer_counters(trainer),
+                        "loader": trainer.loader.state_dict(),
+                        "config": trainer.run_config.model_dump(mode="json"),
+                        "data": data_fingerprint(trainer.cfg.task),
+                    }
+                    (tmp / STATE_FILE).write_text(json.dumps(state))
+            except WRITE_ERRORS as exc:
+                failure = failed(stage, exc)
+            _agree(dp, path, failure)
+        if rank == 0:
+            stage = ".complete"
+            try:
+                with open(tmp / ".complete", "w") as f:
+                    f.flush()
+                    os.fsync(f.fileno())
+                stage = "the rename into place"
+                swap_into_place(tmp, path)
+            except WRITE_ERRORS as exc:
+                failure = failed(stage, exc)
+        _agree(dp, path, failure)
     except BaseException:
-        if trainer.rank == 0:
+        if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
