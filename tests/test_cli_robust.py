@@ -47,7 +47,7 @@ def test_sigterm_exits_143_with_a_checkpoint_and_the_resume_command(tmp_path, ca
     err = capsys.readouterr().err
     assert "SIGTERM at step 1" in err and str(tmp_path / "run" / "checkpoint-1") in err
     assert "to continue: rlvr train" in err and err.rstrip().endswith("--resume")
-    assert "rlvr: run interrupted: 1 steps" in err  # the summary is printed too
+    assert "rlvr: run interrupted: 1 step (1 -> 1)" in err  # the summary is printed too (it said "1 steps")
     monkeypatch.setattr(Trainer, "_after_step", orig)
     assert _train(tmp_path, "max_steps=3", "--resume") == 0
     assert "resumed from" in capsys.readouterr().err

@@ -286,4 +286,4 @@ def test_run_ended_by_its_rollout_budget_is_reported_stopped_not_failed(tmp_path
     assert r["rollouts"] == 8 and r["steps"] == 1 and r["stop"].startswith("budget: rollout budget 8 reached")
     err = capsys.readouterr().err
     assert "rlvr: run failed" not in err
-    assert "rlvr: run stopped (rollout budget 8 reached (8 used)): 1 steps" in err
+    assert "rlvr: run stopped (rollout budget 8 reached (8 used)): 1 step (1 -> 1)" in err

@@ -44,7 +44,7 @@ def _score(batch: RolloutBatch) -> ScoreStats:
 def test_dapo_drops_an_all_wrong_group_of_mixed_lengths():
     cfg = _dapo()
     assert cfg.dynamic_sampling.enable and cfg.dynamic_sampling.metric == "acc"
-    with pytest.warns(UserWarning, match="informative groups"):  # 1 of the 2 prompts wanted: proceed
+    with pytest.warns(UserWarning, match="found 1 informative group of the 2 prompts"):  # 1 of 2 wanted: proceed
         batch, stats, _ = collect_generation_batch(_draw, _score, cfg, pad_token_id=0)
     assert batch.group_id.unique().tolist() == [1]
     assert stats.groups_kept == 1 and stats.shortfall == 1

@@ -53,7 +53,7 @@ def test_dynamic_sampling_proceed_on_an_unsolvable_task_stops(tmp_path, tiny):
                        "dynamic_sampling.on_exhausted=proceed", "max_idle_rounds=3", "max_steps=100",
                        "reward_timeout_s=0")
     tr = Trainer(cfg, factory(0), tok, NeverRight())
-    with pytest.warns(UserWarning, match="informative groups"):
+    with pytest.warns(UserWarning, match="informative group"):
         msg = _train_until_idle(tr)
     assert tr.global_step == 0 and tr.generation_round == 3  # 3 rounds of 2 draws each, then stop
     assert "no trainable group and no optimizer update in 3 generation rounds" in msg

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlvr.cli.common import EXIT_RUNTIME, _load_config
 from rlvr.errors import ConfigError
+from rlvr.text import plural
 
 
 def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
@@ -47,7 +48,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = build_task(cfg.task)
     n_eval = len(task.problems("eval"))
     if args.offset >= n_eval:
-        raise ConfigError(f"--offset {args.offset}: the eval split has only {n_eval} problems")
+        raise ConfigError(f"--offset {args.offset}: the eval split has only {plural(n_eval, 'problem')}")
     from rlvr.engines.factory import build_engine, check_engine_config
 
     check_engine_config(cfg)
@@ -108,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             r = rows[-1]
             shown = ", ".join(f"{m}={r[m]:.4f} [{r[f'ci95/{m}'][0]:.3f}, {r[f'ci95/{m}'][1]:.3f}]"
                               for m in (f"pass@{k}" for k in r["ks"]) if m in r)
-            print(f"rlvr: {spec.label}: {r['problems']} problems x {r['num_samples']} sample(s): {shown}",
+            print(f"rlvr: {spec.label}: {plural(r['problems'], 'problem')} x {plural(r['num_samples'], 'sample')}: {shown}",
                   file=sys.stderr)
     finally:
         writer.close()
@@ -130,7 +131,8 @@ def cmd_eval_merge(args: argparse.Namespace) -> int:
     shown = ", ".join(f"{m}={merged[m]:.4f} [{merged[f'ci95/{m}'][0]:.3f}, {merged[f'ci95/{m}'][1]:.3f}]"
                       for k in merged["ks"] for m in (f"pass@{k}", f"maj@{k}") if m in merged)
     print(md_path.read_text())
-    print(f"rlvr: {merged['problems']} problems from {len(args.samples)} shard(s): {shown}", file=sys.stderr)
+    print(f"rlvr: {plural(merged['problems'], 'problem')} from {plural(len(args.samples), 'shard')}: {shown}",
+          file=sys.stderr)
     print(f"rlvr: wrote {args.out}, {md_path} and {samples_path}", file=sys.stderr)
     return 0
 

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from rlvr.cli.common import EXIT_RUNTIME, REWARD_FAILURE_LIMIT, _load_config, _yaml
 from rlvr.errors import ConfigError
+from rlvr.text import plural
 
 
 def _resume_target(cfg, mode: str):
@@ -166,9 +167,9 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         dp = DataParallel(env, fsdp=use_fsdp(cfg, env.world_size), pad_token_id=int(pad))
         if main_rank:
-            print(f"rlvr: {env.world_size} processes ({env.local_world_size} on this node), backend {env.backend}, "
+            print(f"rlvr: {plural(env.world_size, 'process', 'processes')} ({env.local_world_size} on this node), backend {env.backend}, "
                   f"device {env.device.type}, {env.threads} CPU thread(s) per process, "
-                  f"{'FSDP2' if dp.fsdp else 'replicated'} policy, {local_cfg.generation_batch_size} completions "
+                  f"{'FSDP2' if dp.fsdp else 'replicated'} policy, {plural(local_cfg.generation_batch_size, 'completion')} "
                   f"per rank per round", file=sys.stderr)
     else:
         model.to(env.device)
@@ -196,10 +197,10 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     s = trainer.summary
     if s.failed_fraction > REWARD_FAILURE_LIMIT:
         if main_rank:
-            print(f"rlvr: {s.errors + s.timeouts} of {s.calls} reward calls failed ({s.errors} errors, {s.timeouts} "
-                  f"timeouts): the run's rewards are mostly zeros from failures, not from the verifier. Check "
+            print(f"rlvr: {s.errors + s.timeouts} of {plural(s.calls, 'reward call')} failed ({plural(s.errors, 'error')}, "
+                  f"{plural(s.timeouts, 'timeout')}): the run's rewards are mostly zeros from failures, not from the verifier. Check "
                   f"task.reward_fn and reward_timeout_s (the first error is in the log above).", file=sys.stderr)
         return EXIT_RUNTIME
     if main_rank:
-        print(f"rlvr: finished {trainer.global_step} steps in {out}; last: {shown}")
+        print(f"rlvr: finished {plural(trainer.global_step, 'step')} in {out}; last: {shown}")
     return 0

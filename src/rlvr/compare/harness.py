@@ -37,6 +37,7 @@ import yaml
 from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReached
 from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
 from rlvr.errors import ConfigError, IdleRunError, RunStopped
+from rlvr.text import plural
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
 from rlvr.eval.report import write_text_atomic
 
@@ -306,7 +307,7 @@ class BudgetMeter:
             self._idle = self._idle + 1 if step == self._last_step else 0
             self._last_step = step
             if self._idle >= self.max_idle_draws:
-                raise BudgetExhausted(f"stalled: no optimizer update in {self._idle} draws ({self.rollouts} rollouts)")
+                raise BudgetExhausted(f"stalled: no optimizer update in {plural(self._idle, 'draw')} ({plural(self.rollouts, 'rollout')})")
         if b.kind == "rollouts" and self.rollouts + len(problems) * num_generations > b.amount:
             raise BudgetExhausted(f"rollout budget {b.amount} reached ({self.rollouts} used)")
         batch = self._inner.sample(problems, num_generations, params, **kw)
@@ -471,8 +472,8 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         curve_f.close()
         trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)
     wall = time.perf_counter() - t0 - paused[0]
-    log(f"compare: {arm.name} seed {seed}: {trainer.global_step} steps, {meter.rollouts} rollouts, "
-        f"{meter.tokens} tokens, {wall:.1f} s ({stop})")
+    log(f"compare: {arm.name} seed {seed}: {plural(trainer.global_step, 'step')}, {plural(meter.rollouts, 'rollout')}, "
+        f"{plural(meter.tokens, 'token')}, {wall:.1f} s ({stop})")
     ev = _eval_keys(_held_out_eval(spec, cfg, trainer.model, tok, task), task)
     if spec.eval_curve_points > 1:  # the final evaluation closes the held-out learning curve
         with open(curve_path, "a") as f:

@@ -24,6 +24,7 @@ from rlvr.tasks.answers import _from_boxed, extract_answer_with_source, gold_fro
 from rlvr.tasks.base import Problem, Split, Verdict, check_split
 from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
 from rlvr.tasks.prompts import DEFAULT_SYSTEM_PROMPT
+from rlvr.text import plural
 
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?$")
 _THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
@@ -137,7 +138,7 @@ def _split_rows(rows: list[Any], eval_size: int, eval_seed: int, where: str) -> 
     n = len(rows)
     if eval_size >= n:
         raise DataError(
-            f"{where} has {n} rows; holding out eval_size={eval_size} for evaluation would leave no "
+            f"{where} has {plural(n, 'row')}; holding out eval_size={eval_size} for evaluation would leave no "
             "training rows (lower task.eval_size or give task.eval_path)"
         )
     order = list(range(n))
@@ -241,7 +242,7 @@ def read_jsonl(path: str | Path, question_field: str = "question", answer_field:
         if len(unmarked) == len(out):
             raise DataError(what + "; each whole solution text would be the gold answer. Add '#### <answer>' "
                             "at the end of each answer, or keep only the final answer in the field")
-        warnings.warn(f"{p}: {len(unmarked)} of {len(out)} rows have no '####' final answer in {answer_field!r} "
+        warnings.warn(f"{p}: {len(unmarked)} of {plural(len(out), 'row')} {'has' if len(unmarked) == 1 else 'have'} no '####' final answer in {answer_field!r} "
                       f"(lines {lines}); their whole text is used as the gold answer", stacklevel=2)
     return out
 

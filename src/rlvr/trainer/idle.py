@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.core.advantages import zero_std_group_fraction
+from rlvr.text import plural
 from rlvr.types import RolloutBatch
 
 
@@ -90,10 +91,10 @@ class IdleTracker:
         s = self.seen
         pass_rate = s.correct / s.judged if s.judged else None
         zero = s.zero_std_groups / s.groups if s.groups else None
-        seen = (f"pass rate {pass_rate:.1%} over {s.judged} verified completions" if pass_rate is not None
-                else f"{s.rows} completions sampled (no pass/fail verdicts)")
+        seen = (f"pass rate {pass_rate:.1%} over {plural(s.judged, 'verified completion')}" if pass_rate is not None
+                else f"{plural(s.rows, 'completion')} sampled (no pass/fail verdicts)")
         if zero is not None:
-            seen += f", {zero:.0%} of {s.groups} groups with zero reward variance"
+            seen += f", {zero:.0%} of {plural(s.groups, 'group')} with zero reward variance"
         tips = []
         if pass_rate == 0.0:
             tips.append("the policy solves none of these prompts: use an easier task or difficulty, a stronger "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from rlvr.text import plural
 from rlvr.trainer.checkpoint import capture_rng_state, restore_rng_state
 
 SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
@@ -173,9 +174,9 @@ class RunSummary:
         span = f" ({self.start_step + 1} -> {step})" if steps else ""
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
         lines = [
-            f"rlvr: run {status}: {steps} steps{span} in {mins}m{secs:02d}s",
+            f"rlvr: run {status}: {plural(steps, 'step')}{span} in {mins}m{secs:02d}s",
             f"  reward/mean {fmt(self.reward_first)} -> {fmt(self.reward_last)}",
-            f"  verifier: {self.calls} calls, {self.errors} errors, {self.timeouts} timeouts"
+            f"  verifier: {plural(self.calls, 'call')}, {plural(self.errors, 'error')}, {plural(self.timeouts, 'timeout')}"
             + (f" ({100 * self.failed_fraction:.0f}% failed)" if self.errors or self.timeouts else ""),
             *([f"  model: {final}"] if final else []),
             f"  checkpoint: {checkpoint if checkpoint else 'none written (save_steps)'}",

@@ -14,6 +14,7 @@ import torch
 
 from rlvr.core.advantages import check_group_sizes, group_stats, overlong_penalty
 from rlvr.rewards import ScoreStats
+from rlvr.text import plural
 from rlvr.types import RolloutBatch
 
 
@@ -183,8 +184,8 @@ def collect_generation_batch(
     excess: list[RolloutBatch] = []
     if n_kept < P:
         msg = (
-            f"dynamic sampling found {n_kept} informative groups of the {P} prompts wanted after "
-            f"{stats.rounds} generation rounds (dynamic_sampling.max_num_gen_batches={ds.max_num_gen_batches})"
+            f"dynamic sampling found {plural(n_kept, 'informative group')} of the {plural(P, 'prompt')} wanted after "
+            f"{plural(stats.rounds, 'generation round')} (dynamic_sampling.max_num_gen_batches={ds.max_num_gen_batches})"
         )
         if ds.on_exhausted == "error":
             raise RuntimeError(msg)
