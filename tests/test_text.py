@@ -14,6 +14,7 @@ def test_plural_by_count():
     assert plural(0, "error") == "0 errors" and plural(2, "step") == "2 steps"
     assert plural(3, "process", "processes") == "3 processes" and plural(1, "process", "processes") == "1 process"
     assert plural(0.5, "second") == "0.5 seconds"
+    assert plural("2 of 4", "problem") == "2 of 4 problems"  # eval's count of a shard
 
 
 def test_run_summary_of_one_step_one_call_one_error_one_timeout():

@@ -35,7 +35,9 @@ WORKER = r"""
 # One interpreter imports torch/transformers once, then forks: each training run is a child process
 # that can be SIGKILLed. Phase 1 (per case, in turn): fork a run, wait for the end of its 2nd step,
 # kill it a random fraction of a step later. Phase 2 (cases in parallel): fork a child that resumes
-# from the latest checkpoint, then runs the uninterrupted reference.
+# from the latest checkpoint, then runs the uninterrupted reference. A training child waits at the end of
+# its step 4 (after logging it, before checkpointing it) until it is killed, so a parent descheduled for
+# seconds under heavy load still kills it mid-run (otherwise the child could finish first: a test failure).
 import json, os, random, signal, sys, time, traceback
 sys.path.insert(0, sys.argv[1])
 import torch
@@ -45,7 +47,7 @@ from rlvr.models import build_tiny_model
 from rlvr.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from rlvr.trainer.trainer import Trainer
 
-def run(out, overrides, resume=False, report_fd=None):
+def run(out, overrides, resume=False, report_fd=None, hold_fd=None):
     model, tok = build_tiny_model(0)
     tr = Trainer(small_config(out, *overrides), model, tok, ToyTask())
     start = 0
@@ -54,6 +56,8 @@ def run(out, overrides, resume=False, report_fd=None):
         start = tr.global_step
     if report_fd is not None:
         tr.callbacks.append(lambda t, m: os.write(report_fd, f"{t.global_step} {time.time()}\n".encode()))
+    if hold_fd is not None:  # never written: blocks until the kill (EOF if the parent is gone)
+        tr.callbacks.append(lambda t, m: t.global_step == 4 and os.read(hold_fd, 1))
     tr.train()
     return start
 
@@ -62,14 +66,17 @@ rng = random.Random(seed)
 info = {}
 for name, ov in cases.items():
     r, w = os.pipe()
+    hold_r, hold_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
+        os.close(hold_w)
         try:
-            run(f"{root}/{name}/run", ov, report_fd=w)
+            run(f"{root}/{name}/run", ov, report_fd=w, hold_fd=hold_r)
         finally:
             os._exit(0)
     os.close(w)
+    os.close(hold_r)
     f = os.fdopen(r)
     stamps = []
     while len(stamps) < 2:
@@ -83,6 +90,7 @@ for name, ov in cases.items():
         sys.exit(f"{name}: training child finished before the kill")
     os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    os.close(hold_w)
     info[name] = {"delay": round(delay, 3), "killed": os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL}
 pids = {}
 for name, ov in cases.items():
@@ -130,10 +138,15 @@ def test_sigkill_at_random_point_then_resume_continues_identically(tmp_path):
     # RLVR_KILL_SEED=<seed from a failure message> replays that run's kill points
     seed = int(os.environ.get("RLVR_KILL_SEED", random.randrange(10**6)))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(script), TESTS_DIR, json.dumps(CASES), str(seed), str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), TESTS_DIR, json.dumps(CASES), str(seed), str(tmp_path)],
+            capture_output=True, text=True, env=env, timeout=900,
+        )
+    except subprocess.TimeoutExpired as exc:  # under heavy load; was reported without the seed
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"seed {seed}: the worker ran past {exc.timeout} s (machine overloaded?)\n{out[-2000:]}\n{err[-4000:]}")
     assert proc.returncode == 0, f"seed {seed}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     info = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))[7:])
     for k in CASES:
@@ -298,6 +311,22 @@ def test_resumed_run_rewrites_the_steps_after_its_checkpoint_once(tmp_path, tiny
     tr.train()
     steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_resumed_run_rewrites_the_completions_after_its_checkpoint_once(tmp_path, tiny):
+    """completions.jsonl as metrics.jsonl: a resumed run appended its redone steps' samples after the stale
+    ones, and after a kill mid-write its first row was glued onto the torn line (one unparsable line)."""
+    run = tmp_path / "run"
+    _trainer(run, tiny, "max_steps=3", "save_steps=2").train()
+    with open(run / "completions.jsonl", "a") as f:
+        f.write('{"step": 4, "prompt": "to')  # a torn last line from a kill
+    tr = _trainer(run, tiny, "max_steps=3", "save_steps=2")
+    load_checkpoint(tr, run / "checkpoint-2")
+    tr.train()
+    rows = [json.loads(l) for l in (run / "completions.jsonl").read_text().splitlines()]  # every line parses
+    per_step = [r["step"] for r in rows]
+    assert sorted(set(per_step)) == [1, 2, 3] and per_step == sorted(per_step)
+    assert per_step.count(3) == per_step.count(1)  # step 3's samples once, not the stale and the redone ones
 
 
 def test_cli_resume_followed_by_an_override_and_eval_limit_validation(tmp_path, capsys):

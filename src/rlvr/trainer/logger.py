@@ -48,8 +48,9 @@ class RunLogger:
     Args:
         output_dir: the run directory (created).
         total_steps: the run's optimizer-step budget, for the progress bar.
-        start_step: steps already done (resume). Rows of ``metrics.jsonl`` past it (steps that ran after
-            the checkpoint and are now redone) are dropped, so every step appears once.
+        start_step: steps already done (resume). Rows of ``metrics.jsonl`` and ``completions.jsonl`` past it
+            (steps that ran after the checkpoint and are now redone) and a torn last line are dropped, so every
+            step appears once and every line parses.
         tensorboard: write TensorBoard event files under ``output_dir/tb``.
         progress: show the progress bar.
         trackers: further experiment trackers (:mod:`rlvr.loggers`: W&B, MLflow) that receive the same
@@ -62,8 +63,9 @@ class RunLogger:
     ) -> None:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        if start_step > 0:
+        if start_step > 0:  # a resumed run redoes the steps after its checkpoint: their rows are written anew
             _drop_rows_after(self.dir / "metrics.jsonl", start_step)
+            _drop_rows_after(self.dir / "completions.jsonl", start_step)
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
         self._completions = open(self.dir / "completions.jsonl", "a", encoding="utf-8")
         self._tb = None
