@@ -25,6 +25,10 @@ class OutputDirError(ConfigError):
     """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
 
 
+class TrainingError(RlvrError):
+    """Training cannot continue (e.g. too many consecutive non-finite updates)."""
+
+
 class IdleRunError(RlvrError):
     """A run stopped because ``max_idle_rounds`` generation rounds in a row gave no trainable update
     (a checkpoint was written first). The CLI exits with code 3."""
