@@ -38,6 +38,6 @@ class IdleRunError(RlvrError):
 
 class RunStopped(RlvrError):
     """A part of the run (a sampler wrapper, a callback) ended it early on purpose, e.g. a comparison's
-    rollout or token budget is spent (:class:`rlvr.compare.harness.BudgetExhausted`). A normal end, not
+    rollout or token budget is spent (:class:`rlvr.compare.budget.BudgetExhausted`). A normal end, not
     a failure: the trainer's summary reads ``rlvr: run stopped (<message>)`` and the exception
     propagates to whoever set the limit. No checkpoint is written for it."""

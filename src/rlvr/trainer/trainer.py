@@ -26,7 +26,7 @@ import torch
 from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RunStopped, TrainingError
+from rlvr.errors import IdleRunError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.rewards import Scorer
@@ -58,8 +58,6 @@ from rlvr.trainer.setup import apply_precision, loss_settings, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
 from rlvr.types import RolloutBatch
-
-__all__ = ["Trainer", "TrainingError", "apply_precision", "loss_settings", "seed_everything"]
 
 
 class Trainer(BatchPreparation, OptimizerSteps):
