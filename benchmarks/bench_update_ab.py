@@ -4,7 +4,9 @@ Loads ``rlvr/trainer/forward.py`` and ``rlvr/core/logprobs.py`` of ``--baseline`
 ``ab66cf0``) next to the working tree's, then runs the same saved batch (``profile_step.py --part gen``
 writes one) through both, micro-batch by micro-batch, alternating which goes first, in one process: on a
 machine shared with other jobs a paired comparison is the only fair one (both arms see the same load). Reports
-seconds per arm, the ratio, the largest log-prob difference and the relative gradient difference.
+seconds per arm, the ratio, the largest log-prob difference and the relative gradient difference
+(:func:`rel_diff`; 0 for a micro-batch whose advantages are all 0 — one zero-variance group at G = 8 —
+where both gradients are exactly zero, which an earlier version printed as NaN from 0/0).
 
     flock /tmp/rlvr-heavy.lock env PYTHONPATH=$PWD/src .venv/bin/python benchmarks/bench_update_ab.py \\
         --batch /tmp/speed/batch.pt --out benchmarks/results/bench_update_ab.json
@@ -43,6 +45,19 @@ def _baseline_forward(rev: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def rel_diff(ref: torch.Tensor, other: torch.Tensor) -> float:
+    """``‖ref − other‖ / ‖ref‖`` of two flat tensors (float64).
+
+    Both exactly equal (in particular both zero: the gradient of a micro-batch whose advantages are all
+    0) gives 0.0, not the 0/0 = NaN of the bare quotient; ``ref`` zero and ``other`` not gives ``inf``.
+    """
+    ref, other = ref.double(), other.double()
+    num, den = float((ref - other).norm()), float(ref.norm())
+    if num == 0.0:
+        return 0.0
+    return num / den if den > 0 else float("inf")
 
 
 def main(argv=None) -> int:
@@ -88,10 +103,10 @@ def main(argv=None) -> int:
         dlp = float((r["old"][2] - r["new"][2]).abs().max())
         go, gn = r["old"][3].double(), r["new"][3].double()
         finite = {k: bool(torch.isfinite(r[k][3]).all()) for k in r}
-        dg = float((go - gn).norm() / go.norm()) if all(finite.values()) else float("nan")
+        dg = rel_diff(go, gn) if all(finite.values()) else float("nan")
         pair = {k: {"forward_s": r[k][0], "backward_s": r[k][1]} for k in r}
-        pair.update(max_abs_logp_diff=dlp, rel_grad_diff=dg, grads_finite=finite, completion_tokens=int(micro.completion_mask.sum()),
-                    loadavg=os.getloadavg())
+        pair.update(max_abs_logp_diff=dlp, rel_grad_diff=dg, grad_norm=float(go.norm()), grads_finite=finite,
+                    completion_tokens=int(micro.completion_mask.sum()), loadavg=os.getloadavg())
         res["pairs"].append(pair)
         for k in tot:
             tot[k] += r[k][0] + r[k][1]

@@ -33,6 +33,10 @@ class OutputDirError(ConfigError):
     """The output directory cannot be used: a file, not writable, or holding another run. Exit code 2."""
 
 
+class TrainingError(RlvrError):
+    """Training cannot continue (e.g. too many consecutive non-finite updates)."""
+
+
 class IdleRunError(RlvrError):
     """A run stopped because ``max_idle_rounds`` generation rounds in a row gave no trainable update
     (a checkpoint was written first). The CLI exits with code 3."""
@@ -42,6 +46,6 @@ class IdleRunError(RlvrError):
 
 class RunStopped(RlvrError):
     """A part of the run (a sampler wrapper, a callback) ended it early on purpose, e.g. a comparison's
-    rollout or token budget is spent (:class:`rlvr.compare.harness.BudgetExhausted`). A normal end, not
+    rollout or token budget is spent (:class:`rlvr.compare.budget.BudgetExhausted`). A normal end, not
     a failure: the trainer's summary reads ``rlvr: run stopped (<message>)`` and the exception
     propagates to whoever set the limit. No checkpoint is written for it."""

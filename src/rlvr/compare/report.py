@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from rlvr.eval.plot import read_jsonl_rows, smooth
 
-if TYPE_CHECKING:  # the harness imports this module, not the other way round
-    from rlvr.compare.harness import Budget
+if TYPE_CHECKING:  # the spec and harness import this module, not the other way round
+    from rlvr.compare.budget import Budget
 
 BASELINE = "initial"
 """The report row (and folder) of the untrained policy (``eval.baseline``)."""

@@ -105,7 +105,7 @@ class Schedule(Protocol):
 
     Optional attribute (read with ``getattr``): ``primary_phase`` — for a schedule whose steps carry a
     ``phase`` prefix, the phase whose ``actor/*`` metrics stand for the run in summaries
-    (:func:`rlvr.compare.harness.curve_values`); absent or ``None``: phases are averaged.
+    (:func:`rlvr.compare.curves.curve_values`); absent or ``None``: phases are averaged.
     """
 
     needs_old_logp: bool

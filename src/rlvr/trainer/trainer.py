@@ -3,31 +3,32 @@
 Schedule (``grpo_core.md`` §4, §10): each generation batch of ``generation_batch_size`` completions
 feeds ``steps_per_generation × num_iterations`` optimizer updates; groups are reshuffled between
 passes. ``max_steps`` counts optimizer updates (TRL semantics).
+
+This module holds the wiring (:class:`Trainer`'s constructor) and the loop around rounds and steps:
+stopping, resume re-planning, the rank agreements, checkpoints. The halves of an iteration are
+mixins in their own modules: :mod:`rlvr.trainer.prepare` (a generation batch from the weight push to
+the batch filters) and :mod:`rlvr.trainer.steps` (one optimizer update and the actions after it);
+config-only setup helpers are :mod:`rlvr.trainer.setup`. Their names are re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import random
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 
 from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
-from rlvr.core.kl import canonical_kl_estimator, kl_penalty
-from rlvr.core.objective import LossSettings
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RlvrError, RunStopped
+from rlvr.errors import IdleRunError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
-from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, iter_merged, lora_engine, reference_policy
-from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
+from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
@@ -42,76 +43,24 @@ from rlvr.trainer.components import (
 )
 from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
-from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.lifecycle import (
     RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
 )
 from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import NullLogger, RunLogger
-from rlvr.trainer.metrics import peak_memory_mb, rollout_metrics
+from rlvr.trainer.metrics import peak_memory_mb
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
-from rlvr.trainer.rollout import assign_advantages, check_filter_metric, collect_generation_batch
+from rlvr.trainer.prepare import BatchPreparation
+from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
-from rlvr.trainer.update import MaskFn, policy_update
-from rlvr.types import RolloutBatch, SamplingParams
+from rlvr.trainer.setup import apply_precision, loss_settings, seed_everything
+from rlvr.trainer.steps import OptimizerSteps
+from rlvr.trainer.update import MaskFn
+from rlvr.types import RolloutBatch
 
 
-class TrainingError(RlvrError):
-    """Training cannot continue (e.g. too many consecutive non-finite updates)."""
-
-
-def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
-    """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
-    every forward of it and to the default engine; :mod:`rlvr.precision`).
-
-    Raises:
-        RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
-            ``bf16-pure`` for an fp32 model, or ``bf16``/``fp32`` — fp32 master weights — for a bf16 one);
-            the message says how to load it.
-    """
-    param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    policy = resolve_precision(requested, param.device if param is not None else "cpu")
-    if param is not None and param.dtype != policy.param_dtype:
-        raise RlvrError(
-            f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
-            f"{str(policy.param_dtype).removeprefix('torch.')}, but the model's are "
-            f"{str(param.dtype).removeprefix('torch.')}: load it with rlvr.models.load_policy(cfg.model) or "
-            f"convert it first (model.to({policy.param_dtype}))"
-        )
-    set_model_precision(model, policy)
-    return policy
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch RNGs (CPU runs are then reproducible)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def loss_settings(cfg: RLConfig) -> LossSettings:
-    """The core's loss settings from the run config (``kl_in_reward`` moves KL out of the loss)."""
-    return LossSettings(
-        epsilon=cfg.epsilon,
-        epsilon_high=cfg.epsilon_high,
-        clip_ratio_c=cfg.clip_ratio_c,
-        importance_sampling_level=cfg.importance_sampling_level,
-        loss_agg_mode=cfg.loss_agg_mode,
-        seq_denominator=cfg.seq_denominator,
-        loss_scale_factor=cfg.loss_scale_factor if cfg.loss_scale_factor else float(cfg.max_completion_length),
-        beta=0.0 if cfg.kl_in_reward else cfg.beta,
-        kl_estimator=canonical_kl_estimator(cfg.kl_estimator),
-        kl_is_correction=cfg.kl_is_correction,
-        entropy_coef=cfg.entropy_coef,
-        policy_loss=cfg.policy_loss,
-        rollout_is_mode=cfg.vllm_importance_sampling_mode if cfg.vllm_importance_sampling_correction else None,
-        rollout_is_clip_max=cfg.vllm_importance_sampling_clip_max,
-        rollout_is_clip_min=cfg.vllm_importance_sampling_clip_min,
-    )
-
-
-class Trainer:
+class Trainer(BatchPreparation, OptimizerSteps):
     """GRPO-family trainer.
 
     Args:
@@ -267,257 +216,6 @@ class Trainer:
         self._gen_version = 0  # policy version stamped on the rows being generated
         # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
         self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
-
-    # ----------------------------------------------------------------------------- rollouts
-    @property
-    def updates_per_generation(self) -> int:
-        """μ = ``steps_per_generation × num_iterations``."""
-        return self.cfg.steps_per_generation * self.cfg.num_iterations
-
-    def sampling_params(self) -> SamplingParams:
-        """Sampling settings of the current generation round; the seed is derived from the run seed
-        and the round index (``rollout_round``), so a resumed run draws the same rollouts."""
-        c = self.cfg
-        return SamplingParams(
-            temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_completion_length,
-            seed=(c.seed * 1_000_003 + self.rollout_round * 7919 + self.rank * 104_729) % 2**31,
-        )
-
-    def _draw(self, k: int) -> RolloutBatch:
-        problems = self.loader.next(k)
-        # group ids unique over the job: draw d of rank r gets block d·W + r
-        first = self.rollout_round * 1_000_000 + (self._draw_count * self.world_size + self.rank) * k
-        self._draw_count += 1
-        return self.sampler.sample(
-            problems, self.cfg.num_generations, self.sampling_params(), policy_version=self._gen_version,
-            first_group_id=first,
-        )
-
-    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-        logp, _ = batch_logprobs(
-            model, batch, pad_token_id=self.pad_token_id, rows_per_micro=self.cfg.per_device_train_batch_size,
-            chunk_size=self.cfg.logprob_chunk_size, share_prompt=self.cfg.share_prompt_forward,
-        )
-        return logp
-
-    def sync_weights(self) -> None:
-        """Push the trained weights to the generation engine when it is behind ``weight_version``
-        (every rank; a collective when the policy is sharded)."""
-        ws = self.generation_sync
-        if ws is not None and ws.version != self.weight_version:
-            from rlvr.distributed.weights import full_named_tensors
-
-            if self._lora_sharded:  # only the adapted projections change: push W + ΔW, computed on gathered weights
-                with self.dp.inference(self.model):
-                    ws.push(iter_merged(self.model), self.weight_version)
-            else:
-                ws.push(full_named_tensors(self.model), self.weight_version)
-
-    def _needs_trainer_old_logp(self) -> bool:
-        cfg = self.cfg
-        return (cfg.beta > 0 and cfg.kl_in_reward) or (bool(self.schedule.needs_old_logp) and cfg.old_logprob_source == "trainer")
-
-    def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
-        """The one preparation path of a generation batch: sample → score → shape rewards (overlong
-        penalty; KL in the reward) → advantages → batch filters.
-
-        This is the only writer of ``old_logp`` / ``ref_logp`` of a generation batch and the only place
-        advantages are computed (a batch-level estimator of :data:`rlvr.parts.BATCH_ADV_ESTIMATORS`, or a
-        group estimator of :data:`rlvr.core.advantages.ADV_ESTIMATORS`), so shaping reaches every
-        sampler's advantages.
-
-        Args:
-            policy_version: ``None`` (synchronous): push the current weights to the engine if needed
-                (:meth:`sync_weights`) and stamp the rows with ``global_step``. An int (the overlap
-                pipeline, running this in a background thread): the engine already holds that version;
-                nothing here reads the module being trained, and behaviour log-probs are the engine's
-                (``sampler_logp``).
-
-        Returns:
-            ``(batch, metrics)``: the prepared batch (possibly empty) and its per-round scalars.
-        """
-        cfg = self.cfg
-        timings: dict[str, float] = {}
-        overlapped = policy_version is not None
-        if not overlapped:
-            t = time.perf_counter()
-            self.sync_weights()
-            timings["timing/weight_sync_s"] = time.perf_counter() - t
-        self._gen_version = self.global_step if policy_version is None else int(policy_version)
-        t0 = time.perf_counter()
-        self._draw_count = 0
-        score_time = 0.0
-        timeouts_before = getattr(self.scorer, "timeouts_total", 0)
-        if self.weight_sync is not None and not overlapped:  # the engine samples from a separate copy (e.g. merged LoRA weights)
-            self.weight_sync(self.global_step)
-
-        def score(b: RolloutBatch):
-            nonlocal score_time
-            t = time.perf_counter()
-            s = self.scorer.score(b)
-            score_time += time.perf_counter() - t
-            return s
-
-        gathered = self.dp.inference(self.model) if self._gather_for_generation else contextlib.nullcontext()
-        with gathered:  # generation_weights=gathered: the shards are gathered once for the whole round
-            batch, cstats, self._carry = collect_generation_batch(
-                self._draw, score, cfg, pad_token_id=self.pad_token_id, carry=self._carry
-            )
-        if self.world_size > 1:  # ranks that drew fewer times (dynamic sampling) skip their slices of the
-            n = int(self.dp.max([self._draw_count])[0])  # others' draws: every rank's loader stays identical
-            for _ in range(n - self._draw_count):
-                self.loader.next(cfg.prompts_per_generation)
-        timings["timing/reward_s"] = score_time
-        timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
-        self.rollout_round += 1
-        signal_ = RoundSignal.of(cstats.raw_batches)
-        if overlapped:  # handed to the main thread with its round (trainer/overlap.py)
-            batch.meta["round_signal"] = signal_
-        else:
-            self.generation_round = self.rollout_round
-            self._round_signal = signal_
-        metrics: dict[str, float] = {}
-        if len(batch) == 0:
-            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
-                if self._needs_trainer_old_logp():
-                    self._logprobs(self.model, batch)
-                if self.ref_model is not None:
-                    self._logprobs(self.ref_model, batch)
-            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
-                self._assign_advantages(batch)
-            return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
-        self._behaviour_logprobs(batch, timings, overlapped=overlapped)
-        self._advantages(batch)
-        sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
-        for f in self.batch_filters:
-            batch = f(batch)
-        all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
-        metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
-                                       tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
-        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers, estimators and filters report scalars here
-        if all_rows is not None:
-            metrics["advantages/mean"] = float(batch.advantages.mean())
-            metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
-        metrics.update(timings)
-        metrics["reward/verifier_errors"] = float(cstats.score.errors)
-        metrics["reward/verifier_timeouts"] = float(getattr(self.scorer, "timeouts_total", 0) - timeouts_before)
-        metrics["prompts/truncated_total"] = float(self.encoder.truncated)
-        if cfg.dynamic_sampling.enable:
-            metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
-            metrics["dynamic_sampling/kept_group_frac"] = cstats.groups_kept / max(cstats.groups_seen, 1)
-            metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
-        if not overlapped:
-            self._last_samples = self._sample_rows(batch)
-        return batch, metrics
-
-    def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float], *, overlapped: bool = False) -> None:
-        """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)
-        and shape the rewards by ``−beta · KL(π_old ‖ π_ref)`` summed over tokens with ``kl_in_reward``.
-
-        ``overlapped`` (generation in the overlap thread, ``max_async_level > 0``): the trained module has
-        moved on, so the behaviour log-probs are always the engine's (``sampler_logp``).
-
-        Raises:
-            TrainingError: ``overlapped`` and the sampler gives no ``sampler_logp``.
-        """
-        cfg = self.cfg
-        need_old = bool(self.schedule.needs_old_logp)
-        if overlapped:
-            if batch.sampler_logp is None:
-                raise TrainingError(f"max_async_level={cfg.max_async_level}: sampler {cfg.sampler!r} gives no "
-                                    "behaviour log-probs (sampler_logp)")
-            batch.old_logp = batch.sampler_logp
-        elif self._needs_trainer_old_logp():
-            t = time.perf_counter()
-            batch.old_logp = self._logprobs(self.model, batch)
-            timings["timing/old_logprob_s"] = time.perf_counter() - t
-        if need_old and cfg.old_logprob_source == "sampler" and not overlapped:
-            batch.old_logp = batch.sampler_logp
-        if self.ref_model is not None or self._ref_is_base:
-            t = time.perf_counter()
-            with (reference_policy(self.model) if self._ref_is_base else contextlib.nullcontext(self.ref_model)) as ref:
-                batch.ref_logp = self._logprobs(ref, batch)
-            timings["timing/ref_logprob_s"] = time.perf_counter() - t
-            if cfg.kl_in_reward:
-                kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
-                batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
-        if not need_old and not overlapped:
-            batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
-
-    def _advantages(self, batch: RolloutBatch) -> None:
-        """Advantages of the (shaped) batch: the batch-level estimator, or the group estimator with its
-        group-size check; estimator metrics join ``meta["metrics"]``."""
-        if self.batch_adv_fn is not None:
-            m = self.batch_adv_fn(batch, self.cfg) or {}
-            if m:
-                batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
-        else:
-            self._assign_advantages(batch)
-
-    def _global_batch_std(self) -> bool:
-        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
-        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
-
-    def _assign_advantages(self, batch: RolloutBatch) -> None:
-        if not self._global_batch_std():
-            assign_advantages(batch, self.cfg, self.adv_fn)
-            return
-        from rlvr.distributed.stats import global_std
-
-        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
-        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
-        if len(batch) == 0:
-            return
-        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
-        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
-
-    def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
-        k = self.cfg.logging.num_completions_to_print
-        rows = []
-        for i in range(min(k, len(batch))):
-            p = batch.problems[int(batch.prompt_index[i])]
-            rows.append({
-                "question": getattr(p, "question", str(p)),
-                "completion": batch.texts[i] if batch.texts else "",
-                "reward": float(batch.rewards[i]),
-                "feedback": batch.feedback[i] if batch.feedback else None,
-            })
-        return rows
-
-    # ----------------------------------------------------------------------------- updates
-    def _update(self, step: OptimizerStep) -> dict[str, float]:
-        cfg = self.cfg
-        for action in step.start:  # a schedule's entry actions (e.g. optimizer reset at a stage start); they
-            getattr(self.plan_ctx, action)()  # run once: a resumed run skips the updates already done
-        t = time.perf_counter()
-        self.model.train()
-        opt_batch = step.batch
-        res = policy_update(
-            self.model, self.optimizer, opt_batch, step.loss_settings or self.settings, pad_token_id=self.pad_token_id,
-            rows_per_micro=cfg.per_device_train_batch_size, loss_norm_scope=cfg.loss_norm_scope,
-            mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
-            chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
-            loss_inputs=step.loss_inputs, share_prompt=cfg.share_prompt_forward, dp=self.dp,
-        )
-        phase = step.phase
-        m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)
-        m.update(step.metrics)
-        m["timing/update_s"] = time.perf_counter() - t
-        m["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        if len(opt_batch):  # a rank may run an empty update to keep step with the others
-            staleness = (self.global_step - opt_batch.policy_version).float()
-            m["staleness/mean"] = float(staleness.mean())
-            m["staleness/max"] = float(staleness.max())
-        if res.skipped:
-            self.consecutive_nonfinite += 1
-            m["actor/skipped_nonfinite"] = 1.0
-        else:
-            self.consecutive_nonfinite = 0
-            self.scheduler.step()
-            self.weight_version += 1
-            m["actor/skipped_nonfinite"] = 0.0
-        self.num_tokens += res.tokens
-        return m
 
     # ----------------------------------------------------------------------------- loop
     def train(self) -> dict[str, float]:
@@ -724,35 +422,6 @@ class Trainer:
             return opt_batches
         n = int(self.dp.max([len(opt_batches)])[0])
         return list(opt_batches) + [OptimizerStep(batch.select([])) for _ in range(n - len(opt_batches))]
-
-    def _reduce_step_metrics(self, m: dict[str, float]) -> dict[str, float]:
-        """Under torchrun, one all-gather of every rank's row reduced by name
-        (:func:`rlvr.distributed.metrics.reduce_metric_dicts`); ``m`` itself in one process."""
-        if self.dp is None or self.world_size == 1:
-            return m
-        from rlvr.distributed.metrics import reduce_metric_dicts
-
-        return reduce_metric_dicts(self.dp.gather(m), loss_is_partial=self.cfg.loss_norm_scope == "global")
-
-    def _after_step(self, m: dict[str, float]) -> None:
-        cfg, logger = self.cfg, self._logger
-        assert logger is not None
-        if self.global_step % cfg.logging.logging_steps == 0 or self.global_step == cfg.max_steps:
-            logger.log(self.global_step, m)
-        every = cfg.logging.log_completions_steps
-        if every and (self.global_step - 1) % every == 0:  # steps 1, 1 + every, ...
-            logger.log_completions(self.global_step, getattr(self, "_last_samples", []))
-        for cb in self.callbacks:
-            cb(self, m)
-        if self.consecutive_nonfinite >= cfg.max_consecutive_nonfinite:
-            self.save(self.output_dir / f"checkpoint-{self.global_step}")
-            raise TrainingError(
-                f"{self.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
-                f"(max_consecutive_nonfinite={cfg.max_consecutive_nonfinite}); stopped at step "
-                f"{self.global_step} and wrote a checkpoint. Try a lower learning_rate or max_grad_norm."
-            )
-        if cfg.save_steps and self.global_step % cfg.save_steps == 0:
-            self.save(self.output_dir / f"checkpoint-{self.global_step}")
 
     def close(self) -> None:
         """Release what the trainer started: the engine's server when the trainer built the engine

@@ -1,0 +1,70 @@
+"""Run setup that needs no trainer state: the config's loss settings, seeding and the precision policy.
+
+Separate from :mod:`rlvr.trainer.trainer` because these are plain functions of the config or the
+model, used before the loop exists (and by tests and benchmarks that call ``policy_update``
+directly with :func:`loss_settings`); they change when a config key or the precision policy
+changes, not when the loop does.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from rlvr.config import RLConfig
+from rlvr.core.kl import canonical_kl_estimator
+from rlvr.core.objective import LossSettings
+from rlvr.errors import RlvrError
+from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
+
+
+def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
+    """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
+    every forward of it and to the default engine; :mod:`rlvr.precision`).
+
+    Raises:
+        RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
+            ``bf16-pure`` for an fp32 model, or ``bf16``/``fp32`` — fp32 master weights — for a bf16 one);
+            the message says how to load it.
+    """
+    param = next((p for p in model.parameters() if p.is_floating_point()), None)
+    policy = resolve_precision(requested, param.device if param is not None else "cpu")
+    if param is not None and param.dtype != policy.param_dtype:
+        raise RlvrError(
+            f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
+            f"{str(policy.param_dtype).removeprefix('torch.')}, but the model's are "
+            f"{str(param.dtype).removeprefix('torch.')}: load it with rlvr.models.load_policy(cfg.model) or "
+            f"convert it first (model.to({policy.param_dtype}))"
+        )
+    set_model_precision(model, policy)
+    return policy
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch RNGs (CPU runs are then reproducible)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def loss_settings(cfg: RLConfig) -> LossSettings:
+    """The core's loss settings from the run config (``kl_in_reward`` moves KL out of the loss)."""
+    return LossSettings(
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        clip_ratio_c=cfg.clip_ratio_c,
+        importance_sampling_level=cfg.importance_sampling_level,
+        loss_agg_mode=cfg.loss_agg_mode,
+        seq_denominator=cfg.seq_denominator,
+        loss_scale_factor=cfg.loss_scale_factor if cfg.loss_scale_factor else float(cfg.max_completion_length),
+        beta=0.0 if cfg.kl_in_reward else cfg.beta,
+        kl_estimator=canonical_kl_estimator(cfg.kl_estimator),
+        kl_is_correction=cfg.kl_is_correction,
+        entropy_coef=cfg.entropy_coef,
+        policy_loss=cfg.policy_loss,
+        rollout_is_mode=cfg.vllm_importance_sampling_mode if cfg.vllm_importance_sampling_correction else None,
+        rollout_is_clip_max=cfg.vllm_importance_sampling_clip_max,
+        rollout_is_clip_min=cfg.vllm_importance_sampling_clip_min,
+    )
