@@ -15,6 +15,8 @@ from rlvr.testing import ToyTask, small_config
 from rlvr.trainer.checkpoint import CheckpointWriteError
 from rlvr.trainer.run_dir import checkpoint_problems
 
+from fault_injection import fail_staging_rename
+
 
 @pytest.fixture
 def one_rank_group(tmp_path):
@@ -82,13 +84,7 @@ def _inject(where, monkeypatch, tr):
         monkeypatch.setattr(dc.torch, "save", full)
         return r"rank 0, scheduler.pt: RuntimeError: .*unexpected pos"
     if where == "rename":
-        real = cs.os.replace
-
-        def replace(src, dst):
-            if ".tmp-" in str(src):
-                raise OSError(errno.EIO, "Input/output error")
-            return real(src, dst)
-        monkeypatch.setattr(cs.os, "replace", replace)
+        fail_staging_rename(monkeypatch, cs)
         return r"rank 0, the rename into place: Input/output error"
     raise AssertionError(where)
 

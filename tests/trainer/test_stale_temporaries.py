@@ -20,6 +20,7 @@ from rlvr.trainer.run_dir import checkpoint_problems, clean_stale_temporaries, r
 from rlvr.trainer.trainer import Trainer
 
 from cli_fixtures import train_tiny
+from fault_injection import fail_staging_rename
 
 
 def _dead_pid() -> int:
@@ -171,7 +172,6 @@ def test_export_removes_a_killed_exports_staging_folder(tmp_path, monkeypatch):
 
 
 def test_a_failed_rename_while_replacing_a_checkpoint_puts_the_old_one_back(tmp_path, tiny, monkeypatch):
-    import errno
 
     import rlvr.trainer.checkpoint_state as cs
     from rlvr.trainer.checkpoint import CheckpointWriteError
@@ -179,14 +179,7 @@ def test_a_failed_rename_while_replacing_a_checkpoint_puts_the_old_one_back(tmp_
     tr = _trainer(tmp_path, tiny, "max_steps=1")
     ck = tr.save(tmp_path / "checkpoint-1")
     want = _digests(ck)
-    real = cs.os.replace
-
-    def replace(src, dst):
-        if ".tmp-" in str(src):
-            raise OSError(errno.EIO, "Input/output error")
-        return real(src, dst)
-
-    monkeypatch.setattr(cs.os, "replace", replace)
+    fail_staging_rename(monkeypatch, cs)
     with pytest.raises(CheckpointWriteError, match=r"checkpoint-1 \(the rename into place\): Input/output error"):
         tr.save(ck)
     monkeypatch.undo()
