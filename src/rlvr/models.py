@@ -23,7 +23,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError, ModelPathError
 from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden, positions_from_mask  # noqa: F401 (re-exported)
 from rlvr.registry import Registry
-from rlvr.staging import make_staging_dir, remove_stale
+from rlvr.staging import publish_folder, remove_stale
 from rlvr.tiny_model import (  # noqa: F401 (re-exported)
     TINY_CHAT_TEMPLATE,
     TINY_SPECIAL_TOKENS,
@@ -246,22 +245,12 @@ def ensure_default_model(cache_dir: str | os.PathLike | None = None) -> Path:
     gguf = find_default_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_conversions(target)
-    tmp = make_staging_dir(target)
     try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is an ordinary folder
-        convert_gguf_to_folder(gguf, tmp)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "config.json").is_file():  # not a lost race: a real failure
-                raise
+        publish_folder(target, lambda tmp: convert_gguf_to_folder(gguf, tmp))
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - reported with the cause chained
         raise ModelLoadError(f"converting {str(gguf)!r} into {str(target)!r} failed: {exc}") from exc
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

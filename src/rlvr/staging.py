@@ -50,6 +50,38 @@ def make_staging_dir(target: str | os.PathLike) -> Path:
     return Path(tempfile.mkdtemp(prefix=_prefix(target, "tmp"), dir=target.parent))
 
 
+def publish_folder(target: str | os.PathLike, write: Callable[[Path], None], *,
+                   done_file: str = "config.json", mode: int = 0o755) -> Path:
+    """Build a cache folder once and rename it into place: ``write(staging)`` fills a fresh staging folder
+    (:func:`make_staging_dir`, then ``chmod mode``: an ordinary folder, not mkdtemp's 0700), which is renamed
+    to ``target``. A concurrent builder that renamed first wins: when the rename fails but ``target`` already
+    holds ``done_file``, its folder is used and ours is dropped. The staging folder never outlives the call.
+
+    Used for the converted default model and the testbed cache (built once, never replaced); a folder that is
+    replaced in place (a checkpoint) goes through :func:`rlvr.trainer.checkpoint_state.swap_into_place`.
+
+    Returns:
+        ``target``.
+
+    Raises:
+        whatever ``write`` raises; ``OSError`` when the rename fails and no complete ``target`` is there.
+    """
+    target = Path(target)
+    tmp = make_staging_dir(target)
+    try:
+        os.chmod(tmp, mode)
+        write(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / done_file).is_file():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def aside_name(target: str | os.PathLike, kind: str = "old") -> Path:
     """Where ``target`` is moved aside (not created): ``.<name>.<kind>-<host>-<pid>-<random>`` beside it.
 

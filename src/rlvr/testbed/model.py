@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from rlvr.staging import make_staging_dir, remove_stale
+from rlvr.staging import publish_folder, remove_stale
 from rlvr.testbed.mixture import V2_CHARS, v2_example
 from rlvr.testbed.task import ALPHABET, OPS, make_example
 
@@ -411,7 +411,7 @@ def ensure_testbed_model(name: str = "testbed", cache_dir: str | os.PathLike | N
     Progress is checkpointed in ``<folder>.partial`` (every 100 steps): a build that is killed or
     paused resumes there (:func:`pretrain`); with ``max_seconds`` this call pre-trains for at most
     that long and raises :class:`PretrainPaused` if the model is not finished
-    (``python -m rlvr.testbed.pretrain NAME --max-seconds S``). The folder holds
+    (``python -m rlvr.testbed.build NAME --max-seconds S``). The folder holds
     ``model.safetensors``, the tokenizer with its chat template, and ``testbed.json`` (spec, final
     loss, loss curve, build time).
 
@@ -434,19 +434,12 @@ def ensure_testbed_model(name: str = "testbed", cache_dir: str | os.PathLike | N
         model, tok, info = pretrain(spec, log_every=log_every, checkpoint_dir=partial, max_seconds=max_seconds)
         # the lock holder is the only writer of this target's staging folders: earlier ones are leftovers
         remove_stale(target.parent, lambda i: i["name"] == target.name, owned_by_caller=True)
-        tmp = make_staging_dir(target)
-        try:
-            os.chmod(tmp, 0o755)
+
+        def write(tmp: Path) -> None:
             model.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
             (tmp / "testbed.json").write_text(json.dumps(info, indent=2) + "\n")
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                if not (target / "config.json").is_file():
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+        publish_folder(target, write)
         shutil.rmtree(partial, ignore_errors=True)
     return target
