@@ -22,6 +22,7 @@ from typing import Callable
 
 from rlvr.errors import OutputDirError
 from rlvr.staging import aside_name, may_remove, parse, remove_stale
+from rlvr.text import plural
 
 STATE_FILE = "trainer_state.json"  # same name as rlvr.trainer.checkpoint.STATE_FILE
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "config.yaml", "tb", "final")
@@ -315,10 +316,9 @@ def clean_stale_temporaries(output_dir: str | Path, log: Callable[[str], None] |
         log(f"rlvr: {', '.join(p.name for p in restored)} was missing after a save interrupted while replacing it: "
             f"put the previous version back in {out}")
     if log is not None and removed:
-        log(f"rlvr: removed {len(removed)} leftover folder{'' if len(removed) == 1 else 's'} of interrupted saves "
+        log(f"rlvr: removed {plural(len(removed), 'leftover folder')} of interrupted saves "
             f"in {out}: {', '.join(p.name for p in removed)}")
     return restored, removed
-
 
 
 def current_umask() -> int:
