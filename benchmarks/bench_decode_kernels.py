@@ -24,9 +24,9 @@ Two parts, both on the default model's own shapes (SmolLM2-135M: hidden 576, MLP
 
 ``--part round``
     One generation round at ``bench_step.py``'s setting (8 ``chain_sum`` prompts × 8 samples, ≤ 128 new
-    tokens, seed ``--seed``) through :class:`rlvr.engines.hf.HFEngine`, with forward hooks timing each
-    module kind (MLP projections, attention projections, the rest of attention — rotary, KV cache, SDPA —
-    norms, LM head) and the rows alive at each decode step.
+    tokens, the config's seed, so the tokens of its step 1) through :class:`rlvr.engines.hf.HFEngine`, with
+    forward hooks timing each module kind (MLP projections, attention projections, the rest of attention —
+    rotary, KV cache, SDPA — norms, LM head) and the rows alive at each decode step.
 
 Timings are for understanding costs, never test assertions. Heavy (the default model): take the shared lock::
 
@@ -97,19 +97,40 @@ def part_kernels(rows: list[int]) -> dict[str, Any]:
     return out
 
 
-def part_round(seed: int) -> dict[str, Any]:
-    """One bench_step-sized generation round with per-module-kind timers (forward hooks)."""
+def _bench_trainer() -> Any:
+    """A :class:`~rlvr.trainer.trainer.Trainer` built exactly as ``bench_step.py`` builds its rlvr arm
+    (default model, 8 ``chain_sum`` prompts × 8, ≤ 128 new tokens, the config's seed), so that a round
+    samples the tokens of bench_step's step 1."""
     import bench_step
-    from rlvr.engines.hf import HFEngine
     from rlvr.trainer.trainer import Trainer
 
-    args = argparse.Namespace(model="default", prompts=8, gens=8, max_new=128, dtype="auto", steps=1, override=[],
-                              seed=seed)
+    args = argparse.Namespace(model="default", prompts=8, gens=8, max_new=128, dtype="auto", steps=1,
+                              override=[])
     cfg, task, model, tok = bench_step.build(args, Path("/tmp/rlvr_bench_decode_kernels"))
-    tr = Trainer(cfg, model, tok, task)
-    eng: HFEngine = tr.engine
-    acc: dict[str, float] = collections.defaultdict(float)
+    return Trainer(cfg, model, tok, task)
+
+
+def _count_decode_rows(eng: Any) -> list[int]:
+    """Wrap ``eng._forward`` so that each decode step (one new token per row) appends its row count to the
+    returned list (clear it between rounds); prefill calls are not counted."""
     alive: list[int] = []
+    forward = eng._forward
+
+    def counting(ids, mask, pos, cache):
+        if ids.shape[1] == 1:
+            alive.append(int(ids.shape[0]))
+        return forward(ids, mask, pos, cache)
+
+    eng._forward = counting
+    return alive
+
+
+def part_round() -> dict[str, Any]:
+    """One bench_step-sized generation round with per-module-kind timers (forward hooks)."""
+    tr = _bench_trainer()
+    model = tr.model
+    acc: dict[str, float] = collections.defaultdict(float)
+    alive = _count_decode_rows(tr.engine)
 
     def hooks(kind: str):
         def pre(mod, a):
@@ -136,14 +157,6 @@ def part_round(seed: int) -> dict[str, Any]:
         if kind:
             pre, post = hooks(kind)
             handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
-    orig_forward = eng._forward
-
-    def counting_forward(ids, mask, pos, cache):
-        if ids.shape[1] == 1:
-            alive.append(int(ids.shape[0]))
-        return orig_forward(ids, mask, pos, cache)
-
-    eng._forward = counting_forward
     t0 = time.perf_counter()
     batch, _ = tr.generate_batch()
     total = time.perf_counter() - t0
@@ -178,30 +191,20 @@ def part_tall_ab(seed: int, reps: int) -> dict[str, Any]:
     """Alternate plain and ``tall`` linears over the bench round's requests; seconds per decode row-step."""
     import types
 
-
-    import bench_step
     from rlvr.engines.hf import HFEngine
-    from rlvr.trainer.trainer import Trainer
     from rlvr.types import GenerationRequest, SamplingParams
 
-    args = argparse.Namespace(model="default", prompts=8, gens=8, max_new=128, dtype="auto", steps=1, override=[])
-    cfg, task, model, tok = bench_step.build(args, Path("/tmp/rlvr_bench_decode_kernels"))
-    batch, _ = Trainer(cfg, model, tok, task).generate_batch()
+    tr = _bench_trainer()
+    model = tr.model
+    batch, _ = tr.generate_batch()
     contexts: list[list[int]] = []
     for c in batch.context_ids:
         if list(c) not in contexts:
             contexts.append(list(c))
     reqs = [GenerationRequest(context_ids=c, n=8) for c in contexts]
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=128, seed=seed)
-    eng = HFEngine(model, tok)
-    row_steps = [0]
-    plain_forward = eng._forward
-
-    def counting_forward(ids, mask, pos, cache):
-        row_steps[0] += int(ids.shape[0]) if ids.shape[1] == 1 else 0
-        return plain_forward(ids, mask, pos, cache)
-
-    eng._forward = counting_forward
+    eng = HFEngine(model, tr.tokenizer)
+    alive = _count_decode_rows(eng)
 
     def tall(self, x):
         rows = x.numel() // x.shape[-1]
@@ -218,7 +221,7 @@ def part_tall_ab(seed: int, reps: int) -> dict[str, Any]:
             if way == "tall":  # an instance attribute, removed below: the module's class is untouched
                 for m in linears:
                     m.forward = types.MethodType(tall, m)
-            row_steps[0] = 0
+            alive.clear()
             t0 = time.perf_counter()
             try:
                 out = eng.generate(reqs, params)
@@ -227,9 +230,9 @@ def part_tall_ab(seed: int, reps: int) -> dict[str, Any]:
                     m.__dict__.pop("forward", None)
             dt = time.perf_counter() - t0
             toks = sum(len(g.token_ids) for gs in out for g in gs)
-            runs.append({"way": way, "rep": rep, "seconds": dt, "tokens": toks, "row_steps": row_steps[0],
-                         "ms_per_row_step": 1e3 * dt / max(1, row_steps[0])})
-            print(f"tall_ab {way:5s} rep {rep}: {dt:5.1f} s, {toks} tokens, {row_steps[0]} row-steps, "
+            runs.append({"way": way, "rep": rep, "seconds": dt, "tokens": toks, "row_steps": sum(alive),
+                         "ms_per_row_step": 1e3 * dt / max(1, sum(alive))})
+            print(f"tall_ab {way:5s} rep {rep}: {dt:5.1f} s, {toks} tokens, {sum(alive)} row-steps, "
                   f"{runs[-1]['ms_per_row_step']:.2f} ms/row-step", flush=True)
     return {"runs": runs}
 
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", action="append", choices=["kernels", "round", "tall_ab"],
                     help="repeatable; default: kernels and round")
     ap.add_argument("--rows", default="64,40,16,4", help="kernels: comma-separated row counts M")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="tall_ab: sampling seed of the timed rounds")
     ap.add_argument("--reps", type=int, default=2, help="tall_ab: alternations")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if "kernels" in parts:
         res["kernels_gflop_per_s"] = part_kernels([int(r) for r in a.rows.split(",")])
     if "round" in parts:
-        res["round"] = part_round(a.seed)
+        res["round"] = part_round()
     if "tall_ab" in parts:
         res["tall_ab"] = part_tall_ab(a.seed, a.reps)
     res["loadavg_end"] = list(os.getloadavg())

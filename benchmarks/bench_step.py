@@ -62,6 +62,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from timers import timed  # noqa: E402  (benchmarks/timers.py; the script's folder is on sys.path)
+
 RESULTS = Path(__file__).parent / "results" / "bench_step.json"
 
 
@@ -129,22 +131,8 @@ def bench_rlvr(args: argparse.Namespace, gflops: float, floor_gflops: float | No
 
     upd.completion_logprobs = timed_clp
     orig_clip = torch.nn.utils.clip_grad_norm_
-    orig_step = tr.optimizer.step
-
-    def timed_clip(*a, **k):
-        t = time.perf_counter()
-        r = orig_clip(*a, **k)
-        acc["optimizer"] += time.perf_counter() - t
-        return r
-
-    def timed_step(*a, **k):
-        t = time.perf_counter()
-        r = orig_step(*a, **k)
-        acc["optimizer"] += time.perf_counter() - t
-        return r
-
-    torch.nn.utils.clip_grad_norm_ = timed_clip
-    tr.optimizer.step = timed_step
+    torch.nn.utils.clip_grad_norm_ = timed(orig_clip, acc, "optimizer")
+    tr.optimizer.step = timed(tr.optimizer.step, acc, "optimizer")
     steps: list[dict[str, float]] = []
     t_prev = [time.perf_counter()]
 

@@ -34,6 +34,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from timers import time_engine_forwards, timed  # noqa: E402
+
 
 def _args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -65,30 +67,9 @@ def part_gen(args) -> dict[str, Any]:
 
     cfg, task, model, tok = build(args, Path(args.run_dir))
     tr = Trainer(cfg, model, tok, task)
-    eng = tr.engine
     acc = {"prefill_s": 0.0, "decode_fwd_s": 0.0, "decode_steps": 0, "rows_steps": 0, "sample_s": 0.0}
-    orig_fwd, orig_sample = eng._forward, hf.sample_from_logits
-
-    def fwd(ids, mask, pos, cache):
-        t = time.perf_counter()
-        r = orig_fwd(ids, mask, pos, cache)
-        dt = time.perf_counter() - t
-        if ids.shape[1] > 1:
-            acc["prefill_s"] += dt
-        else:
-            acc["decode_fwd_s"] += dt
-            acc["decode_steps"] += 1
-            acc["rows_steps"] += ids.shape[0]
-        return r
-
-    def sample(*a, **k):
-        t = time.perf_counter()
-        r = orig_sample(*a, **k)
-        acc["sample_s"] += time.perf_counter() - t
-        return r
-
-    eng._forward = fwd
-    hf.sample_from_logits = sample
+    time_engine_forwards(tr.engine, acc)
+    hf.sample_from_logits = timed(hf.sample_from_logits, acc, "sample_s")
     t = time.perf_counter()
     batch, _ = tr.generate_batch()
     total = time.perf_counter() - t
@@ -224,22 +205,12 @@ def part_micro(args) -> dict[str, Any]:
     eng = HFEngine(model, tok)
     sp = SamplingParams(temperature=1.0, max_new_tokens=12, seed=0)
     eng.generate(reqs, sp)
-    acc = [0.0, 0]
-    orig = eng._forward
-
-    def fwd(ids, mask, pos, cache):
-        t = time.perf_counter()
-        r = orig(ids, mask, pos, cache)
-        if ids.shape[1] == 1:
-            acc[0] += time.perf_counter() - t
-            acc[1] += 1
-        return r
-
-    eng._forward = fwd
+    acc: dict[str, float] = {}
+    time_engine_forwards(eng, acc)
     t = time.perf_counter()
     eng.generate(reqs, sp)
     res["decode_12_steps_s"] = time.perf_counter() - t
-    res["decode_step_ms"] = 1000 * acc[0] / max(acc[1], 1)
+    res["decode_step_ms"] = 1000 * acc["decode_fwd_s"] / max(acc["decode_steps"], 1)
     print(f"decode: {res['decode_12_steps_s']:.2f} s for 12 tokens x 64 rows; {res['decode_step_ms']:.1f} ms per "
           f"64-row decode forward; loadavg {os.getloadavg()}", flush=True)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
