@@ -193,12 +193,17 @@ def _runs_json(source: str) -> list[dict[str, Any]]:
 def seed_values(source: str | Path, arm: str, metric: str) -> dict[int, float]:
     """``{seed: value}`` of ``metric`` for ``arm`` (finished runs with a finite value only).
 
-    ``source`` is an ``rlvr compare`` folder (``<arm>/seed<k>/result.json`` + ``curve.jsonl``) or
-    ``RUNS.json#SERIES`` (result rows only: curve metrics are NaN there and so left out).
+    ``source`` is an ``rlvr compare`` folder (``<arm>/seed<k>/result.json`` + ``curve.jsonl``), a folder of
+    the flat copies the docs keep (``<arm>.seed<k>.result.json``) or ``RUNS.json#SERIES`` (the last two:
+    result rows only, so curve metrics are NaN there and left out).
     """
     src = str(source)
+    flat = sorted(Path(src).glob(f"{arm}.seed*.result.json")) if Path(src).is_dir() else []
     if src.endswith(".json") or ".json#" in src:
         vals = {int(r["seed"]): metric_value(r, [], metric) for r in _runs_json(src) if r.get("arm") == arm}
+    elif flat and not (Path(src) / arm).is_dir():
+        vals = {int(f.name[len(arm) + 5:-12]): metric_value(json.loads(f.read_text()), [], metric) for f in flat
+                if f.name[len(arm) + 5:-12].isdigit()}
     else:
         root = Path(src) / arm
         vals = {int(d.name[4:]): run_metric(d, metric) for d in root.glob("seed*") if d.name[4:].isdigit()}
@@ -335,7 +340,8 @@ def analyse(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float], *,
 
     Returns a JSON-ready dict: ``n``, ``seeds``, ``arm_stats`` / ``ref_stats`` (values, mean, sd, regime counts),
     ``d`` (mean, sd, BCa bootstrap interval), ``p_t``, ``p_wilcoxon``, ``p`` (of the primary test,
-    unadjusted), the one-sided bounds used to refute, ``power`` at ``effect`` and ``mde80``; or
+    unadjusted), the one-sided bounds used to refute, ``power`` at ``effect`` and ``mde80`` (the effect
+    the test detects with 80 % power; for ``match`` the margin TOST shows with 80 % power); or
     ``untestable`` with the reason.
 
     Raises:
@@ -354,7 +360,7 @@ def analyse(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float], *,
             f"{claim.compare} / {claim.ref_compare}"
         return {**out, "untestable": f"{len(seeds)} paired seed(s) with `{claim.metric}` in {where}; a test needs 2"}
     a = 1 - claim.alpha
-    lo_b, hi_b, how = sr.bootstrap_mean_ci(d, level=a if claim.direction != "match" else 1 - 2 * claim.alpha)
+    lo_b, hi_b, how = sr.bootstrap_mean_ci(d, level=a)
     sd = float(d.std(ddof=1))
     out["d"] = {"mean": float(d.mean()), "sd": sd, "boot_ci": [lo_b, hi_b], "boot_method": how}
     if claim.direction == "band":
@@ -371,7 +377,9 @@ def analyse(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float], *,
     out["bounds"] = {"upper": sr.t_bound(d, level=a), "two_sided": [sr.t_bound(d, level=two, side="lower"),
                                                                      sr.t_bound(d, level=two)]}
     if sd > 0 and claim.direction not in ("band",):
-        out["mde80"] = sr.min_detectable_effect(sd, len(seeds), alpha=claim.alpha)
+        # match: the margin TOST shows at a true difference of 0 with power >= 2 * 0.9 - 1 = 0.8
+        out["mde80"] = sr.min_detectable_effect(sd, len(seeds), alpha=claim.alpha,
+                                                power=0.9 if claim.direction == "match" else 0.8)
         size = claim.margin if claim.direction == "match" else claim.effect
         if size is not None:
             pw = sr.paired_t_power(size, sd, len(seeds), alpha=claim.alpha)
@@ -389,7 +397,8 @@ def decide(claim: Claim, stats: dict[str, Any], p_used: float | None) -> tuple[s
     alpha, test = claim.alpha, {"t": "paired t", "wilcoxon": "Wilcoxon"}[claim.test]
     which = "Holm-adjusted " if claim.primary else ""
     mde = stats.get("mde80")
-    mde_txt = f"; the design detects {mde:.3g} with 80 % power" if mde is not None else ""
+    mde_txt = "" if mde is None else (f"; TOST shows ± {mde:.3g} with 80 % power" if claim.direction == "match"
+                                      else f"; the design detects {mde:.3g} with 80 % power")
     d = claim.direction
     if d in ("match", "band"):
         lo, hi = (-claim.margin, claim.margin) if d == "match" else (claim.lo, claim.hi)
@@ -507,7 +516,8 @@ def claim_row(r: dict[str, Any]) -> str:
 
 
 TABLE_HEAD = ["| paper | claim | metric | arm: mean ± sd (seeds; regimes) | reference: mean ± sd | paired difference: "
-              "mean [95 % BCa] | p: paired t / Wilcoxon (one-sided; TOST for match/band) | power at effect; MDE (80 %) "
+              "mean [95 % BCa] | p: paired t / Wilcoxon (one-sided; TOST for match/band) | power at effect; MDE (80 %; "
+              "match: margin TOST shows) "
               "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
 """Header of the claims table (:func:`claim_row` fills the rows)."""
 
