@@ -110,3 +110,11 @@ def test_unpaired_seeds_are_a_clear_error():
     assert p.seeds == (0, 1) and list(p.arm) == [0.5, 0.6] and list(p.ref) == [0.3, 0.4]
     with pytest.raises(sr.UnpairedSeedsError, match=r"arm lacks \[\], reference lacks \[2\]"):
         sr.pair_by_seed({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.3, 1: 0.4}, name="c")
+
+
+def test_largest_stable_rate_rule():
+    finals = {3e-5: [0.35, 0.36, 0.34], 1e-4: [0.43, 0.41, 0.45], 3e-4: [0.67, 0.0, 0.69], 1e-3: [0.0, 0.0, 0.0]}
+    assert sr.largest_stable_rate(finals, start=0.316) == (1e-4, True)  # 3e-4 lost one seed of three
+    assert sr.largest_stable_rate({1e-4: [0.2, 0.3]}, start=0.316) == (1e-4, False)  # 0.2 < start - 0.1
+    with pytest.raises(ValueError, match="no finished"):
+        sr.largest_stable_rate({1e-4: []})

@@ -134,10 +134,13 @@ METRICS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]]], float]] = {
     "hard/pass@1": _level_mean((7, 8), 1),
     "hard/pass@8": _level_mean((7, 8), 8),
     "trajectories_per_token": _traj_per_token,
+    "veto/response_rate_mean": _curve_mean("mu_grpo/veto_response_rate"),
 }
 """Derived per-run metrics (``result.json`` + ``curve.jsonl`` → float). Any other name is read from
 ``result.json`` directly (``eval/pass@1``, ``eval/level9/pass@8``, ``wall_s``, ``tokens`` …).
-``hard/*`` averages testbed v2's hard levels 7 and 8 (pre-trained with letter noise 0.45)."""
+``hard/*`` averages testbed v2's hard levels 7 and 8 (pre-trained with letter noise 0.45);
+``veto/response_rate_mean`` is μ-GRPO's share of negative-advantage responses the veto cut, averaged over
+updates (0 when it never fired: the precondition of the veto claims)."""
 
 
 def at_x(curve: list[dict[str, Any]], key: str, xkey: str, x: float) -> float:

@@ -16,7 +16,8 @@ from typing import Any
 from rlvr.eval.plot import smooth
 
 CURVE_KEYS = ("reward/mean", "reward/pass_rate", "reward/frac_zero_std_groups", "actor/entropy", "actor/grad_norm",
-              "actor/clip_ratio/region", "completions/mean_length", "staleness/mean")
+              "actor/clip_ratio/region", "completions/mean_length", "staleness/mean",
+              "mu_grpo/veto_response_rate")
 
 
 def curve_values(metrics: dict[str, Any], primary_phase: str | None = None) -> dict[str, float]:

@@ -45,6 +45,7 @@ __all__ = [
     "UnpairedSeedsError",
     "bootstrap_mean_ci",
     "holm",
+    "largest_stable_rate",
     "min_detectable_effect",
     "pair_by_seed",
     "paired_t",
@@ -313,3 +314,30 @@ def min_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: floa
         hi *= 2
     return float(brentq(lambda e: paired_t_power(e, sd, n, alpha=alpha, alternative=alternative) - power,
                         0.0, hi, xtol=1e-10 * sd))
+
+
+def largest_stable_rate(finals: Mapping[float, Sequence[float]], start: float | None = None,
+                        regimes: Regimes = Regimes()) -> tuple[float, bool]:
+    """The learning-rate rule of the pre-registered study: the largest rate with no collapsed tuning seed.
+
+    Args:
+        finals: ``{learning rate: [final value of each tuning seed]}`` (e.g. held-out pass@1).
+        start: the pre-trained value (for the start-relative collapse threshold of ``regimes``).
+
+    Returns:
+        ``(rate, stable)``; when every rate collapsed on some seed, the smallest rate and ``False``.
+
+    Raises:
+        ValueError: no rates, or a rate without any finished seed.
+
+    Source: interpretation of issue 29 item 3 ("the largest rate with no collapse on any tuning seed").
+    """
+    if not finals:
+        raise ValueError("largest_stable_rate: no learning rates")
+    for lr in sorted(finals, reverse=True):
+        counts = regime_counts(finals[lr], start, regimes)
+        if counts["n"] == 0:
+            raise ValueError(f"largest_stable_rate: rate {lr:g} has no finished tuning seed")
+        if counts["collapsed"] == 0:
+            return lr, True
+    return min(finals), False
