@@ -1,4 +1,4 @@
-"""μ-GRPO on CPU: wall clock at equal work, and a small stability ablation (``specs/mu_grpo.md`` §5, §6).
+"""μ-GRPO on CPU: wall clock at equal work, and a small stability ablation (``docs/mu_grpo.md`` §5, §6).
 
 ``wallclock``: the same model, task, number of optimizer updates ``U`` and rollouts, two schedules:
 

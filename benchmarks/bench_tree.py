@@ -1,7 +1,7 @@
 """IB-TPO benchmark: trajectories per generated-token budget (tree vs flat group), wall-clock per
 trajectory, and optionally a short GRPO vs IB-TPO training comparison at a matched token budget.
 
-Part 1 (``specs/ib_tpo.md`` §2.5, §7.1 on a real model): for each repetition, draw P prompts, sample a
+Part 1 (``docs/ib_tpo.md`` §2.5, §7.1 on a real model): for each repetition, draw P prompts, sample a
 flat group of G completions per prompt, then grow one IB tree per prompt with a decode-token budget
 equal to the flat group's measured cost per prompt. Reports complete trajectories per 1k generated
 tokens for both, their ratio (target ≥ 1.4, paper 1.5), and seconds per trajectory.

@@ -1,4 +1,4 @@
-"""FBOS-RL vs GRPO at equal rollout budget, small scale, on CPU (specs/fbos_rl.md "Measured results").
+"""FBOS-RL vs GRPO at equal rollout budget, small scale, on CPU (docs/fbos_rl.md "Measured results").
 
 Both arms start from the same weights, see the same prompts (same seed) and generate the same number of
 sequences per training step (prompts × G). GRPO takes 1 optimizer step per training step, FBOS-RL

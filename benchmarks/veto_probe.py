@@ -1,6 +1,6 @@
 """Why μ-GRPO's veto never fires on the testbed: the token ratios split by the sign of the advantage.
 
-The veto (``specs/mu_grpo.md`` §2.3) acts only on tokens of *negative-advantage* responses whose ratio
+The veto (``docs/mu_grpo.md`` §2.3) acts only on tokens of *negative-advantage* responses whose ratio
 ``ρ = π_θ / π_behav`` fell below ``δ = 1e-4``. The logged ``actor/ratio/min`` is over every loss token,
 including the zero-advantage rows of zero-variance groups (no gradient of their own, free to drift).
 This probe reruns one μ-GRPO configuration of ``docs/results/replication/diag_mu_ib.yaml`` (same

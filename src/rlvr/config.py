@@ -1,7 +1,7 @@
 """The one typed, validated configuration tree, loaded from YAML files plus ``key=value`` overrides.
 
 Trainer knobs use TRL's names, value vocabularies (``adv_estimator``, ``loss_agg_mode``,
-``kl_estimator``) use verl's (``specs/grpo_core.md`` §12). Other frameworks' spellings are accepted as
+``kl_estimator``) use verl's (``docs/grpo.md`` §12). Other frameworks' spellings are accepted as
 aliases with a warning. Every problem is reported as a :class:`~rlvr.errors.ConfigError` that names the
 key path and what was expected — before any model is loaded.
 """

@@ -282,7 +282,7 @@ class EvalConfig(_Strict):
 
 
 class UECConfig(_Strict):
-    """UEC-RL knobs (``specs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
+    """UEC-RL knobs (``docs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
 
     ``None`` sizes derive from the batch geometry: ``update_size`` → ``generation_batch_size`` (N_upd =
     B·G), ``pending_capacity`` → 4·N_upd, ``replay_capacity`` → ``replay_capacity_factor``·N_upd,
@@ -317,7 +317,7 @@ class UECConfig(_Strict):
 
 
 class IBTPOConfig(_Strict):
-    """IB-TPO knobs (``specs/ib_tpo.md`` §3; every mechanic is a named switch).
+    """IB-TPO knobs (``docs/ib_tpo.md`` §3; every mechanic is a named switch).
 
     ``None`` sizes derive from ``num_generations`` G: ``num_initial_chains`` → round(G ·
     ``initial_chain_frac``), ``branches_per_round`` → max(1, G // 4) (4 at G = 16, 2 at G = 8).
@@ -369,7 +369,7 @@ class IBTPOConfig(_Strict):
 
 
 class FBOSConfig(_Strict):
-    """FBOS-RL knobs (``specs/fbos_rl.md`` §3; every interpretation is a named switch).
+    """FBOS-RL knobs (``docs/fbos_rl.md`` §3; every interpretation is a named switch).
 
     ``initial_rollouts`` is ``G1`` (``None``: ``num_generations // 2``); ``G2 = num_generations − G1``.
     ``fap_max_prompt_length`` ``None`` = ``max_prompt_length + prev_attempt_max_tokens + 256``.
@@ -419,7 +419,7 @@ class FBOSConfig(_Strict):
 
 
 class MuGRPOConfig(_Strict):
-    """μ-GRPO (``specs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
+    """μ-GRPO (``docs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
 
     μ itself is ``steps_per_generation`` (alias ``mu_grpo.mu``); the relaxed clip window is plain
     ``epsilon=1.0, epsilon_high=4.0``. The veto acts when the ``veto`` mask is listed in

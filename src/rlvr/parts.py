@@ -2,7 +2,7 @@
 and the core's estimators and losses).
 
 A variant registers its parts with the registries' decorators and ships a recipe that names them; the
-trainer never branches on an algorithm name (``design/ARCHITECTURE.md``).
+trainer never branches on an algorithm name (``docs/architecture.md``).
 
 =====================  ===========================  ======================================================
 config key             registry                     factory / entry signature

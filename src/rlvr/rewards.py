@@ -1,7 +1,7 @@
 """Scoring a batch of completions with a task's verifier, robust to reward functions that fail.
 
 A reward function that raises or returns a non-number must not kill a run that has been going for
-hours (``specs/peers.md`` complaints 10 and 16): that completion scores 0, a counter increments, and
+hours (a known complaint: TRL PR 4567, open-r1 PR 546): that completion scores 0, a counter increments, and
 the run continues — unless ``fatal`` is set.
 
 A reward function that *hangs* (issue 3) is cut off: with a timeout (or more than one worker) the

@@ -3,7 +3,7 @@
 One batch type (:class:`RolloutBatch`) serves every algorithm: variants add optional fields
 (per-token advantages, token weights, context kind) rather than new batch classes.
 
-Shapes use the notation of ``specs/grpo_core.md`` §1: ``N`` completions, ``T`` the padded
+Shapes use the notation of ``docs/grpo.md`` §1: ``N`` completions, ``T`` the padded
 completion length of the batch.
 """
 

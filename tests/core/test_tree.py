@@ -1,5 +1,5 @@
 """IB-TPO tree math (rlvr.core.tree): hand-computed toy tree, closed-form mutual information, value
-unbiasedness under selective branching, estimator properties, weights and Eff-Rate (specs/ib_tpo.md §7)."""
+unbiasedness under selective branching, estimator properties, weights and Eff-Rate (docs/ib_tpo.md §7)."""
 
 from __future__ import annotations
 

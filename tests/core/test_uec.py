@@ -1,4 +1,4 @@
-"""UEC-RL pure math: gate, retention, admission, entropy identity and direction (specs/uec_rl.md §7)."""
+"""UEC-RL pure math: gate, retention, admission, entropy identity and direction (docs/uec_rl.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""μ-GRPO veto mask and relaxed clip (specs/mu_grpo.md §2.2, §2.3, §7.1–7.4): hand-built ratios."""
+"""μ-GRPO veto mask and relaxed clip (docs/mu_grpo.md §2.2, §2.3, §7.1–7.4): hand-built ratios."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""UEC-RL hard-prompt sampler and retention filter (specs/uec_rl.md §7.1, §7.2)."""
+"""UEC-RL hard-prompt sampler and retention filter (docs/uec_rl.md §7.1, §7.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """IB-TPO tree sampler (rlvr.samplers.tree): step segmentation, budget efficiency with a synthetic
-equal-cost engine (specs/ib_tpo.md §7.1), extraction invariants, sampler vs trainer log-probs on the
+equal-cost engine (docs/ib_tpo.md §7.1), extraction invariants, sampler vs trainer log-probs on the
 tiny model, no update from constant-reward trees, and the loss gradient with tree advantages."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """μ-GRPO staged schedule on the tiny model: stage bookkeeping, ρ ≡ 1 at stage starts, optimizer reset,
 the veto hook through policy_update (denominator switch, exact-zero suffix gradient), bounded generation
-(specs/mu_grpo.md §7.3, §7.5, §7.6)."""
+(docs/mu_grpo.md §7.3, §7.5, §7.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """UEC-RL replay stabiliser: buffer admission, FIFO, accumulation, replay cadence, stored values, checkpoint
-state, and an end-to-end run of the uec_rl recipe on the tiny model (specs/uec_rl.md §7.3)."""
+state, and an end-to-end run of the uec_rl recipe on the tiny model (docs/uec_rl.md §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pure tensor math of GRPO and its variants (``specs/grpo_core.md``): no I/O, models or configs.
+"""Pure tensor math of GRPO and its variants (``docs/grpo.md``): no I/O, models or configs.
 
 Modules: :mod:`~rlvr.core.advantages` (group advantages, registry ``ADV_ESTIMATORS``),
 :mod:`~rlvr.core.masks`, :mod:`~rlvr.core.aggregation` (``loss_agg_mode``),

@@ -1,4 +1,4 @@
-"""Group-relative advantages, group statistics and reward shaping (``specs/grpo_core.md`` §3, §9.3, §11).
+"""Group-relative advantages, group statistics and reward shaping (``docs/grpo.md`` §3, §9.3, §11).
 
 Shapes: ``N`` completions. ``rewards`` is ``[N]`` float, ``group_id`` is ``[N]`` integer. Groups are
 identified by ``group_id`` only, never by position in the batch (§1): ids need not be contiguous,

@@ -1,4 +1,4 @@
-"""Loss aggregation ``agg(X, W, mode) → scalar`` (``specs/grpo_core.md`` §6).
+"""Loss aggregation ``agg(X, W, mode) → scalar`` (``docs/grpo.md`` §6).
 
 Notation: ``X[i,t]`` any per-token term (policy loss, KL, entropy), ``W[i,t]`` the effective loss
 weight, ``n_i = Σ_t W[i,t]``, ``S`` the sequences counted in sequence means (``seq_denominator``:

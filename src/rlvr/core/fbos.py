@@ -1,5 +1,5 @@
 """FBOS-RL tensor math: the EPA off-policy weights, the EPA per-token loss, the view advantages and
-the per-view normalisation of the joint objective (``specs/fbos_rl.md`` §2.7–§2.9).
+the per-view normalisation of the joint objective (``docs/fbos_rl.md`` §2.7–§2.9).
 
 Shapes: ``N`` completions, ``T`` padded completion length. Log-probs are natural logs of the sampled
 tokens' probabilities, ``[N, T]``. Pure functions on tensors: no model, no config object, no I/O.
@@ -71,7 +71,7 @@ def shaped_weight(logp: torch.Tensor, gamma: float = 0.1) -> torch.Tensor:
     Raises:
         ValueError: ``gamma <= 0`` or ``logp`` not 2-D.
 
-    Source: specs/fbos_rl.md §2.7 (``shaping``), code-precedent: LUFFY (Yan et al. 2025, policy
+    Source: docs/fbos_rl.md §2.7 (``shaping``), code-precedent: LUFFY (Yan et al. 2025, policy
     shaping ``f(p) = p/(p+γ)``) and Critique-GRPO's off-policy branch; derivative [derived].
     """
     _check_logp(logp, "shaped_weight")
@@ -96,7 +96,7 @@ def shaped_offpolicy(logp: torch.Tensor, advantages: torch.Tensor, gamma: float 
     Raises:
         ValueError: bad shapes or ``gamma <= 0``.
 
-    Source: specs/fbos_rl.md §2.7 and "Implementation notes" (``shaped_offpolicy(logp, A, γ)``).
+    Source: docs/fbos_rl.md §2.7 and "Implementation notes" (``shaped_offpolicy(logp, A, γ)``).
     """
     w = shaped_weight(logp, gamma)
     return -_adv_2d(advantages, logp, "shaped_offpolicy") * w
@@ -122,7 +122,7 @@ def trunc_is_weight(logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float
     Raises:
         ValueError: shapes differ or ``cap <= 0``.
 
-    Source: specs/fbos_rl.md §2.7 (``trunc_is``, interpretation).
+    Source: docs/fbos_rl.md §2.7 (``trunc_is``, interpretation).
     """
     _check_logp(logp, "trunc_is_weight")
     if tuple(behaviour_logp.shape) != tuple(logp.shape):
@@ -144,7 +144,7 @@ def trunc_is_offpolicy(
     Raises:
         ValueError: as :func:`trunc_is_weight`, or bad advantage shape.
 
-    Source: specs/fbos_rl.md §2.7 (``trunc_is``, interpretation; the spec's mitigation switch for
+    Source: docs/fbos_rl.md §2.7 (``trunc_is``, interpretation; the spec's mitigation switch for
     the off-policy collapse of peers.md complaint 21).
     """
     w = trunc_is_weight(logp, behaviour_logp, cap)
@@ -174,7 +174,7 @@ def offpolicy_weight(
     Raises:
         ValueError: unknown ``kind``, or ``trunc_is`` without ``behaviour_logp``.
 
-    Source: specs/fbos_rl.md §2.7, §4 (``fbos/offpolicy_weight_mean``).
+    Source: docs/fbos_rl.md §2.7, §4 (``fbos/offpolicy_weight_mean``).
     """
     if kind == "shaping":
         return shaped_weight(logp, gamma)
@@ -239,7 +239,7 @@ def epa_policy_loss(
         ValueError: unknown kind, ``trunc_is`` with off-policy rows but no ``behaviour_logp``, bad
             shapes, or any error of the clipped surrogate.
 
-    Source: specs/fbos_rl.md §2.7 (per-token surrogate, weighting table) and the implementation notes
+    Source: docs/fbos_rl.md §2.7 (per-token surrogate, weighting table) and the implementation notes
     (selection by the ``is_offpolicy`` mask, both parts feed the same ``agg``); LUFFY / Critique-GRPO
     (code-precedent).
     """
@@ -309,7 +309,7 @@ def view_advantages(
     Raises:
         ValueError: shapes differ, or any error of :func:`grpo_advantages`.
 
-    Source: specs/fbos_rl.md §2.7 (``Â_k`` on the union group, unbiased std, eps 1e-6) and the
+    Source: docs/fbos_rl.md §2.7 (``Â_k`` on the union group, unbiased std, eps 1e-6) and the
     implementation notes ("the core grpo estimator runs on two group assignments").
     """
     include = torch.as_tensor(include, dtype=torch.bool)
@@ -356,7 +356,7 @@ def ecc_advantages(
     Raises:
         ValueError: unknown baseline, or ``parent`` without ``parent_rewards`` of shape ``[N]``.
 
-    Source: specs/fbos_rl.md §2.8 (interpretation; ``parent`` is the improvement-style option).
+    Source: docs/fbos_rl.md §2.8 (interpretation; ``parent`` is the improvement-style option).
     """
     if baseline == "group":
         return view_advantages(rewards, group_id, include, **grpo_kwargs)
@@ -404,7 +404,7 @@ def view_normalised_weights(
     Raises:
         ValueError: unknown mode / seq_denominator, shapes, or sum-norm without ``C > 0``.
 
-    Source: derived from grpo_core.md §6 (the five aggregation formulas); used for specs/fbos_rl.md
+    Source: derived from grpo_core.md §6 (the five aggregation formulas); used for docs/fbos_rl.md
     §2.9 ``combine_mode=joint``.
     """
     fn = "view_normalised_weights"

@@ -1,4 +1,4 @@
-"""Per-token KL estimators to a reference policy (``specs/grpo_core.md`` §7).
+"""Per-token KL estimators to a reference policy (``docs/grpo.md`` §7).
 
 With ``Δ[i,t] = ref_logp[i,t] − logp[i,t]`` (nats):
 

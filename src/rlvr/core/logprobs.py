@@ -1,4 +1,4 @@
-"""Memory-bounded log-probabilities and entropy of sampled tokens (``specs/grpo_core.md`` §4, §8).
+"""Memory-bounded log-probabilities and entropy of sampled tokens (``docs/grpo.md`` §4, §8).
 
 :func:`selective_log_softmax_and_entropy` applies the LM head (``hidden @ weight.T + bias``) to
 ``chunk_size`` tokens at a time, so at most ``chunk_size × V`` logits exist at once — in the forward

@@ -1,4 +1,4 @@
-"""Loss masks (``specs/grpo_core.md`` §5.4).
+"""Loss masks (``docs/grpo.md`` §5.4).
 
 Every mask is a ``[N, T]`` tensor; masks combine by multiplication and never branch:
 ``W = M ⊙ w ⊙ (1 − is_truncated)^{mask_truncated_completions} ⊙ Π_k variant_mask_k``.

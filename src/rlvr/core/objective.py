@@ -1,4 +1,4 @@
-"""The GRPO objective of one micro-batch, and its metrics (``specs/grpo_core.md`` §10, §11).
+"""The GRPO objective of one micro-batch, and its metrics (``docs/grpo.md`` §10, §11).
 
 ::
 

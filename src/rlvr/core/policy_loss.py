@@ -1,4 +1,4 @@
-"""Importance ratios and the clipped surrogate (``specs/grpo_core.md`` §5).
+"""Importance ratios and the clipped surrogate (``docs/grpo.md`` §5).
 
 Shapes: ``N`` sequences (or ``n`` in a micro-batch), ``T`` padded completion length. Log-probs are
 natural logs of the sampled tokens' probabilities, ``[N, T]``.

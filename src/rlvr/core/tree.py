@@ -6,7 +6,7 @@ Pure functions on a tree given as a **parent array**: ``parent[u]`` is the paren
 quantities are ``[U]`` float64 tensors; entries that do not apply to a node (e.g. ``Ĥ`` of a
 leaf) are 0.
 
-Source: ``specs/ib_tpo.md`` §2.3 (estimators), §2.6 (advantages), §2.7 (prefix weights), §2.9
+Source: ``docs/ib_tpo.md`` §2.3 (estimators), §2.6 (advantages), §2.7 (prefix weights), §2.9
 (Eff-Rate); IB-TPO (Jiang et al., arXiv 2605.28109, ICML 2026) gives the structure, the formulas
 are the spec's interpretations, each behind a named switch (``ib_tpo.*``). Units: nats.
 """

@@ -2,9 +2,9 @@
 
 Pure functions on tensors (no config objects, no models). Shapes: ``N`` completions, ``T`` padded
 completion length, ``V`` vocabulary. Advantages here are per-sequence ``[N]`` (UEC-RL uses plain GRPO
-advantages, ``specs/uec_rl.md`` §1).
+advantages, ``docs/uec_rl.md`` §1).
 
-Source: ``specs/uec_rl.md`` (UEC-RL, Wang et al., arXiv 2604.14646; EFRame, arXiv 2506.22200, and the
+Source: ``docs/uec_rl.md`` (UEC-RL, Wang et al., arXiv 2604.14646; EFRame, arXiv 2506.22200, and the
 authors' EasyR1 forks) — §2.1 gate, §2.4 retention, §2.5 admission, §2.3 entropy identity.
 """
 
@@ -53,7 +53,7 @@ def group_pass_rates(passed: torch.Tensor, group_id: torch.Tensor) -> tuple[torc
     Raises:
         ValueError: shapes differ or are not 1-D.
 
-    Source: specs/uec_rl.md §2.1 (pass rate of a prompt's G regular samples).
+    Source: docs/uec_rl.md §2.1 (pass rate of a prompt's G regular samples).
     """
     passed = torch.as_tensor(passed)
     group_id = torch.as_tensor(group_id)
@@ -80,7 +80,7 @@ def hard_group_mask(passed: torch.Tensor, group_id: torch.Tensor, max_pass_rate:
     Raises:
         ValueError: as :func:`group_pass_rates`, or ``max_pass_rate`` outside ``[0, 1)``.
 
-    Source: specs/uec_rl.md §2.1 [paper via note; code-precedent]. The threshold knob is interpretation
+    Source: docs/uec_rl.md §2.1 [paper via note; code-precedent]. The threshold knob is interpretation
     (0 reproduces the paper).
     """
     if not 0.0 <= max_pass_rate < 1.0:
@@ -98,7 +98,7 @@ def regular_retention_mask(adv: torch.Tensor, floor: float | None = 0.05) -> tor
     Raises:
         ValueError: ``adv`` not ``[N]`` or ``floor < 0``.
 
-    Source: specs/uec_rl.md §2.4, τ_R = 0.05 [code-precedent].
+    Source: docs/uec_rl.md §2.4, τ_R = 0.05 [code-precedent].
     """
     adv = _adv_1d(adv, "regular_retention_mask")
     if floor is None:
@@ -118,7 +118,7 @@ def explore_retention_mask(adv: torch.Tensor, mode: str = "positive", floor: flo
     Raises:
         ValueError: unknown ``mode``, ``floor < 0`` or ``adv`` not ``[N]``.
 
-    Source: specs/uec_rl.md §2.4 — ``positive`` follows the paper [interpretation, the rlvr default];
+    Source: docs/uec_rl.md §2.4 — ``positive`` follows the paper [interpretation, the rlvr default];
     ``abs`` is [code-precedent] (EFRame/ICR/EasyR1 branches).
     """
     adv = _adv_1d(adv, "explore_retention_mask")
@@ -139,7 +139,7 @@ def truncated_positive_mask(adv: torch.Tensor, is_truncated: torch.Tensor) -> to
     Raises:
         ValueError: shapes differ or ``adv`` not ``[N]``.
 
-    Source: specs/uec_rl.md §2.4 "overlong-positive filter" [code-precedent].
+    Source: docs/uec_rl.md §2.4 "overlong-positive filter" [code-precedent].
     """
     adv = _adv_1d(adv, "truncated_positive_mask")
     is_truncated = torch.as_tensor(is_truncated, dtype=torch.bool)
@@ -173,7 +173,7 @@ def retention_mask(
     Raises:
         ValueError: as the component functions, or ``is_explore`` of another shape.
 
-    Source: specs/uec_rl.md §2.4 and §2.7 (the per-step procedure).
+    Source: docs/uec_rl.md §2.4 and §2.7 (the per-step procedure).
     """
     adv = _adv_1d(adv, "retention_mask")
     is_explore = torch.as_tensor(is_explore, dtype=torch.bool)
@@ -196,7 +196,7 @@ def replay_admission_mask(adv: torch.Tensor, mode: str = "positive", threshold: 
     Raises:
         ValueError: unknown ``mode``, ``threshold < 0`` or ``adv`` not ``[N]``.
 
-    Source: specs/uec_rl.md §2.5 — ``positive`` [paper via note; code-precedent, ICR branch]; ``abs``
+    Source: docs/uec_rl.md §2.5 — ``positive`` [paper via note; code-precedent, ICR branch]; ``abs``
     [code-precedent, EFRame release].
     """
     adv = _adv_1d(adv, "replay_admission_mask")
@@ -215,7 +215,7 @@ def success_advantage(n: int, k: int) -> float:
     Raises:
         ValueError: unless ``n ≥ 2`` and ``1 ≤ k < n``.
 
-    Source: specs/uec_rl.md §2.5 [derived]; used to reason about ``A_0`` (e.g. Â > 1 iff k ≤ 2 for n = 5).
+    Source: docs/uec_rl.md §2.5 [derived]; used to reason about ``A_0`` (e.g. Â > 1 iff k ≤ 2 for n = 5).
     """
     if n < 2 or not 1 <= k < n:
         raise ValueError(f"success_advantage: need n >= 2 and 1 <= k < n, got n={n}, k={k}")
@@ -226,7 +226,7 @@ def success_advantage(n: int, k: int) -> float:
 def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy ``H = −Σ p log p`` (nats) of ``softmax(logits)`` over the last dim: ``[..., V] -> [...]``.
 
-    Source: definition (specs/uec_rl.md §2.3).
+    Source: definition (docs/uec_rl.md §2.3).
     """
     logp = torch.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
@@ -237,7 +237,7 @@ def entropy_logit_gradient(logits: torch.Tensor) -> torch.Tensor:
 
     Raising logit ``a`` raises entropy iff ``p_a < exp(−H)``.
 
-    Source: specs/uec_rl.md §2.3 [derived].
+    Source: docs/uec_rl.md §2.3 [derived].
     """
     logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()
@@ -262,7 +262,7 @@ def low_prob_positive_fraction(
     Raises:
         ValueError: shape mismatch.
 
-    Source: specs/uec_rl.md §4 (``uec/low_prob_positive_frac``) and §2.3 [derived].
+    Source: docs/uec_rl.md §4 (``uec/low_prob_positive_frac``) and §2.3 [derived].
     """
     adv = _adv_1d(adv, "low_prob_positive_fraction")
     if logp.shape != entropy.shape or logp.shape != mask.shape or logp.shape[0] != adv.shape[0]:
@@ -291,7 +291,7 @@ def tempered_is_weights(
     Raises:
         ValueError: shape mismatch or ``max_weight <= 0``.
 
-    Source: interpretation (specs/uec_rl.md §3/§5 ablation ``uec.explore_is_correction = tempered_is``):
+    Source: interpretation (docs/uec_rl.md §3/§5 ablation ``uec.explore_is_correction = tempered_is``):
     the paper trains tempered samples without correction; this switch removes that bias, clipped
     token-wise like truncated IS.
     """

@@ -1,4 +1,4 @@
-"""μ-GRPO's negative-advantage veto: a pure mask over the post-trigger suffix (``specs/mu_grpo.md`` §2.3).
+"""μ-GRPO's negative-advantage veto: a pure mask over the post-trigger suffix (``docs/mu_grpo.md`` §2.3).
 
 A **trigger** is a masked-in token of a negative-advantage response whose current/behaviour ratio has
 collapsed, ``ρ[i,t] < δ``. The current policy essentially never reaches the prefix after a trigger

@@ -1,5 +1,5 @@
 """The feedback-augmented prompt (FAP) of FBOS-RL: feedback text per level, the prompt template, parent
-choice and the ECC group ids (``specs/fbos_rl.md`` §2.3–§2.5). Used by :mod:`rlvr.samplers.feedback`.
+choice and the ECC group ids (``docs/fbos_rl.md`` §2.3–§2.5). Used by :mod:`rlvr.samplers.feedback`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DEFAULT_FAP_TEMPLATE = (
     "Solve the problem again from the beginning. Write a complete, self-contained solution that does not\n"
     "mention the previous attempt or the feedback, and put the final answer in \\boxed{}."
 )
-"""The FAP user turn of ``specs/fbos_rl.md`` §2.5 (interpretation; placeholders are replaced
+"""The FAP user turn of ``docs/fbos_rl.md`` §2.5 (interpretation; placeholders are replaced
 literally, so ``\\boxed{}`` needs no escaping)."""
 
 _ANSWER_WRONG = [
@@ -50,7 +50,7 @@ def round_robin_parents(failed: Sequence[int], slots: int) -> list[int]:
     Raises:
         ValueError: no failed attempt, or ``slots < 0``.
 
-    Source: specs/fbos_rl.md §2.3 (``fbos.parent_assignment=round_robin``).
+    Source: docs/fbos_rl.md §2.3 (``fbos.parent_assignment=round_robin``).
     """
     if not failed:
         raise ValueError("round_robin_parents: needs at least one failed attempt")
@@ -81,7 +81,7 @@ def feedback_for_level(
     Raises:
         ValueError: unknown level.
 
-    Source: specs/fbos_rl.md §2.4 (interpretation); messages from :mod:`rlvr.tasks.feedback`.
+    Source: docs/fbos_rl.md §2.4 (interpretation); messages from :mod:`rlvr.tasks.feedback`.
     """
     if level == "none":
         return None
@@ -111,7 +111,7 @@ def build_fap_text(problem: str, attempt: str, feedback: str | None, template: s
     Returns:
         The user-turn string (the chat template wraps it later).
 
-    Source: specs/fbos_rl.md §2.5 (shape: problem, previous attempt, feedback, instruction).
+    Source: docs/fbos_rl.md §2.5 (shape: problem, previous attempt, feedback, instruction).
     """
     t = DEFAULT_FAP_TEMPLATE if template is None else template
     block = "" if feedback is None else FEEDBACK_BLOCK.replace("{feedback}", feedback)

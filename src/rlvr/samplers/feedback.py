@@ -1,7 +1,7 @@
 """FBOS-RL's two-round feedback sampler: initial rollouts from the original prompt, then rollouts from
 feedback-augmented prompts (FAP) built from a failed attempt and the verifier's feedback.
 
-Source: ``specs/fbos_rl.md`` §2.2 (training step, budget parity), §2.3 (trigger), §2.4 (feedback
+Source: ``docs/fbos_rl.md`` §2.2 (training step, budget parity), §2.3 (trigger), §2.4 (feedback
 levels), §2.5 (FAP template), §2.6 (two views of the same tokens) and the implementation notes.
 
 The sampler returns ONE :class:`~rlvr.types.RolloutBatch` with three row kinds (``context_kind``):
@@ -143,7 +143,7 @@ class FeedbackSampler:
     def triggered(self, num_failed: int, g1: int) -> bool:
         """Whether a prompt with ``num_failed`` of ``g1`` failed initial rollouts gets FAP rollouts.
 
-        Source: specs/fbos_rl.md §2.3 (all-fail prompts always; ``any_fail``: any failure).
+        Source: docs/fbos_rl.md §2.3 (all-fail prompts always; ``any_fail``: any failure).
         """
         if num_failed == g1:
             return True

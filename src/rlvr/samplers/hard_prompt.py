@@ -13,9 +13,9 @@ in one more engine call (none when no prompt is hard). The two sets are joined i
   exploration advantages within the G′ group alone; ``pooled`` reuses the regular group's id;
 * ``context_kind`` is ``"regular"`` / ``"explore"`` per row (the retention filter reads it);
 * ``meta["variable_group_sizes"] = True`` (groups of G and G′), ``meta["metrics"]`` holds the
-  ``uec/*`` sampling metrics of ``specs/uec_rl.md`` §4.
+  ``uec/*`` sampling metrics of ``docs/uec_rl.md`` §4.
 
-Source: specs/uec_rl.md §2.1–§2.2 and the implementation notes (conditional second-round sampler).
+Source: docs/uec_rl.md §2.1–§2.2 and the implementation notes (conditional second-round sampler).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 into one :class:`~rlvr.types.RolloutBatch`. Step segmentation and the tree of token-id spans live in
 :mod:`rlvr.samplers.tree_struct` (re-exported here).
 
-Source: ``specs/ib_tpo.md`` §2.1 (steps, tree), §2.4 (IBTree sampling), §2.5 (budget), §2.7
+Source: ``docs/ib_tpo.md`` §2.1 (steps, tree), §2.4 (IBTree sampling), §2.5 (budget), §2.7
 (extraction and weights); IB-TPO (Jiang et al., arXiv 2605.28109) for the structure ("branch where
 the IB-Score is highest"), TreeRL (arXiv 2506.11902) for fork-and-continue. The math (values,
 IB-Score, advantages) lives in :mod:`rlvr.core.tree`; this module only builds trees and packs them.

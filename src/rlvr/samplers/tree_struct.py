@@ -1,7 +1,7 @@
 """IB-TPO's data structures: step segmentation of a completion, the per-prompt tree of token-id spans
 (:class:`PromptTree`, :class:`TreeNode`) and the index the trainer-side math reads (:class:`TreeIndex`).
 
-Source: ``specs/ib_tpo.md`` §2.1 (steps, tree) and §2.7 (extraction). The tree stores the exact
+Source: ``docs/ib_tpo.md`` §2.1 (steps, tree) and §2.7 (extraction). The tree stores the exact
 sampled token ids and behaviour log-probs; text is never re-tokenized. The sampler that grows these
 trees is :mod:`rlvr.samplers.tree`.
 """

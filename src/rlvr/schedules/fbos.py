@@ -1,5 +1,5 @@
 """FBOS-RL's schedule: split one generation batch by context kind into the EPA and ECC optimizer
-batches, alternately (default) or jointly (``specs/fbos_rl.md`` §2.9).
+batches, alternately (default) or jointly (``docs/fbos_rl.md`` §2.9).
 
 * ``fbos.combine_mode=alternate``: per pass, one optimizer step on the EPA view (original context,
   ``POLICY_LOSSES["fbos_epa"]``) and one on the ECC view (FAP context, the run's ``policy_loss``),

@@ -1,4 +1,4 @@
-"""The staged schedule of μ-GRPO (``specs/mu_grpo.md`` §2.1): few very large rollout sets, μ updates each.
+"""The staged schedule of μ-GRPO (``docs/mu_grpo.md`` §2.1): few very large rollout sets, μ updates each.
 
 A *stage* is one generation batch of ``generation_batch_size`` completions. The trainer already does
 the per-stage work that is common to every multi-update schedule (``grpo_core.md`` §3–4): it samples

@@ -20,7 +20,7 @@ predicate (other variants can reuse it). :class:`UECReplaySchedule` wraps :class
    clip acts as a "stop consolidating" brake. Replayed rows stay in the buffer unless
    ``uec.replay_remove_after_use``.
 
-Source: specs/uec_rl.md §2.4, §2.5, §2.7 [code-precedent: ICR/EFRame ``buffer.py``, ``ray_trainer.py``].
+Source: docs/uec_rl.md §2.4, §2.5, §2.7 [code-precedent: ICR/EFRame ``buffer.py``, ``ray_trainer.py``].
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def mean_token_entropy(ctx: PlanContext, batch: RolloutBatch) -> float:
     """Mean full-distribution entropy (nats, a float) over ``batch``'s completion tokens under the
     current policy (``ctx.logprobs``).
 
-    Source: specs/uec_rl.md §4 (``uec/entropy_before_replay`` / ``after``; the probe entropy of the
+    Source: docs/uec_rl.md §4 (``uec/entropy_before_replay`` / ``after``; the probe entropy of the
     comparison script).
     """
     _, ent = ctx.logprobs(batch, with_entropy=True)
@@ -74,7 +74,7 @@ class UECReplaySchedule:
     ``uec.token_diagnostics`` also ``uec/low_prob_positive_frac/{regular,explore}``,
     ``uec/nll_entropy_proxy/{regular,explore}`` and ``uec/token_entropy/{regular,explore}`` of the trained rows.
 
-    Source: specs/uec_rl.md §2.4, §2.5, §2.7, §4.
+    Source: docs/uec_rl.md §2.4, §2.5, §2.7, §4.
     """
 
     def __init__(self, cfg: Any) -> None:
@@ -151,7 +151,7 @@ class UECReplaySchedule:
         Raises:
             ValueError: the batch's rows do not match the buffered ones (a field set on some rows only).
 
-        Source: specs/uec_rl.md §2.7 (per-step procedure).
+        Source: docs/uec_rl.md §2.7 (per-step procedure).
         """
         u = self.cfg.uec
         self.pad_token_id = ctx.pad_token_id

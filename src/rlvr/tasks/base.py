@@ -46,7 +46,7 @@ class Verdict:
             ``countdown`` gives 0.05 to a wrong but well-formed answer).
         correct: whether the completion counts as solved (``score >= correct_threshold``); this is
             what pass@k and the feedback samplers use.
-        feedback: short text for a feedback-guided second attempt (``specs/fbos_rl.md`` §2.4), or
+        feedback: short text for a feedback-guided second attempt (``docs/fbos_rl.md`` §2.4), or
             ``None`` when the answer is correct. Never contains the reference answer.
         extracted: the final answer pulled out of the completion, or ``None`` if none was found.
         source: which extraction rule produced ``extracted`` (``"boxed"``, ``"tag"``,

@@ -1,6 +1,6 @@
 """Short, label-free feedback on a wrong completion, for feedback-guided second attempts.
 
-Source: ``specs/fbos_rl.md`` §2.4, level ``answer_wrong`` (the default): the ``format`` messages
+Source: ``docs/fbos_rl.md`` §2.4, level ``answer_wrong`` (the default): the ``format`` messages
 (no final answer in ``\\boxed{}``; response truncated before a final answer; final answer not
 parseable) plus "Your final answer ``X`` is incorrect." The reference answer is never included
 (the ``gt_hint`` level is an ablation that the sampler, not the task, would have to build).

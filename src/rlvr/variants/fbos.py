@@ -1,4 +1,4 @@
-"""FBOS-RL parts (``specs/fbos_rl.md``): ``SAMPLERS["feedback"]`` (two-round feedback sampler), the
+"""FBOS-RL parts (``docs/fbos_rl.md``): ``SAMPLERS["feedback"]`` (two-round feedback sampler), the
 batch-level advantage estimator ``BATCH_ADV_ESTIMATORS["fbos"]`` (EPA and ECC view advantages) and
 ``CONFIG_CHECKS["fbos"]``. The schedule ``SCHEDULES["fbos"]`` (EPA/ECC views, alternate or joint) lives in
 :mod:`rlvr.schedules.fbos`; ``POLICY_LOSSES["fbos_epa"]`` (the EPA per-token loss) in :mod:`rlvr.core.fbos`.
@@ -42,7 +42,7 @@ def fbos_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
     Raises:
         ValueError: the batch lacks the feedback sampler's ``context_kind`` / parent rows.
 
-    Source: specs/fbos_rl.md §2.6–§2.8.
+    Source: docs/fbos_rl.md §2.6–§2.8.
     """
     parents = batch.meta.get("fbos_parent_row")
     if batch.context_kind is None or parents is None or len(parents) != len(batch):

@@ -1,4 +1,4 @@
-"""IB-TPO parts (``specs/ib_tpo.md``): the ``tree`` sampler, the ``ib_tree`` batch-level advantage
+"""IB-TPO parts (``docs/ib_tpo.md``): the ``tree`` sampler, the ``ib_tree`` batch-level advantage
 estimator, the ``ib_logp_mismatch`` batch filter and the config check of the combination.
 
 - ``SAMPLERS["tree"]``: :class:`rlvr.samplers.tree.IBTreeSampler` built from ``cfg.ib_tpo``; it scores
@@ -52,7 +52,7 @@ def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
     Raises:
         ValueError: the batch has no tree index covering its rows (use ``sampler: tree``).
 
-    Source: specs/ib_tpo.md §2.2–2.6 (values, IB statistics, step advantages), §4 (metrics).
+    Source: docs/ib_tpo.md §2.2–2.6 (values, IB statistics, step advantages), §4 (metrics).
     """
     ib = cfg.ib_tpo
     entries = batch.meta.get("tree_index")

@@ -1,4 +1,4 @@
-"""μ-GRPO (``specs/mu_grpo.md``): registers ``MASKS["veto"]`` (``SCHEDULES["staged"]`` is in :mod:`rlvr.schedules.staged`).
+"""μ-GRPO (``docs/mu_grpo.md``): registers ``MASKS["veto"]`` (``SCHEDULES["staged"]`` is in :mod:`rlvr.schedules.staged`).
 
 μ-GRPO is a schedule and a mask on top of GRPO: the recipe ``mu_grpo.yaml`` sets ``schedule: staged``,
 ``loss_masks: [veto]``, μ = ``steps_per_generation`` and the relaxed window ``epsilon=1.0,

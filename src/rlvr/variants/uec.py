@@ -1,4 +1,4 @@
-"""UEC-RL (``specs/uec_rl.md``): registers its parts; the recipe ``uec_rl`` names them.
+"""UEC-RL (``docs/uec_rl.md``): registers its parts; the recipe ``uec_rl`` names them.
 
 * ``SAMPLERS["hard_prompt"]`` — :class:`rlvr.samplers.hard_prompt.HardPromptSampler` (targeted
   exploration on zero-pass prompts, knobs ``uec.explore_*``, ``uec.hard_pass_rate_max``);
@@ -49,7 +49,7 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
     Raises:
         ValueError: the batch has no advantages, or per-token ``[N, T]`` ones.
 
-    Source: specs/uec_rl.md §2.4.
+    Source: docs/uec_rl.md §2.4.
     """
     u = cfg.uec
 
