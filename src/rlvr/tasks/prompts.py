@@ -16,7 +16,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 Interpretation: a short instruction plus a one-line worked example, because 135M-parameter models
 copy a concrete example far more reliably than they follow an abstract format description
-(``PLATFORM_NOTES.md``: SmolLM2-135M never uses an answer tag unprompted). ``\\boxed{}`` is the
+(observed: SmolLM2-135M never uses an answer tag unprompted). ``\\boxed{}`` is the
 format :func:`rlvr.tasks.answers.extract_answer` tries first.
 """
 

@@ -1,6 +1,6 @@
 """Metric assembly: rollout statistics per generation batch (loss statistics: :class:`rlvr.core.objective.LossMetricAccumulator`).
 
-Names are stable slash paths (``docs/grpo.md`` §11, verl aliases in ``docs/metrics.md``).
+Names are stable slash paths (``docs/grpo.md`` §11).
 """
 
 from __future__ import annotations
