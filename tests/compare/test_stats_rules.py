@@ -118,3 +118,18 @@ def test_largest_stable_rate_rule():
     assert sr.largest_stable_rate({1e-4: [0.2, 0.3]}, start=0.316) == (1e-4, False)  # 0.2 < start - 0.1
     with pytest.raises(ValueError, match="no finished"):
         sr.largest_stable_rate({1e-4: []})
+
+
+def test_compare_report_counts_collapsed_seeds_beside_the_means(tmp_path):
+    import json
+
+    from rlvr.compare.report import summary_table
+
+    for arm, vals in {"initial": [0.3, 0.3, 0.3], "grpo": [0.6, 0.0, 0.62], "fbos": [0.5, 0.45, 0.4]}.items():
+        for s, v in enumerate(vals):
+            (tmp_path / arm / f"seed{s}").mkdir(parents=True)
+            (tmp_path / arm / f"seed{s}" / "result.json").write_text(json.dumps({"eval/pass@1": v}))
+    table, summary = summary_table(tmp_path, ["initial", "grpo", "fbos"], [0, 1, 2])
+    assert "collapsed / took off" in table.splitlines()[0]
+    assert table.splitlines()[3].endswith("| 1/3 / 2/3 |")  # grpo: 0.0 collapsed, 0.6 and 0.62 > 0.3 + 0.25
+    assert summary["fbos"]["regimes"]["text"] == "0/3 collapsed, 0/3 took off"

@@ -74,11 +74,21 @@ def load_results(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[s
 
 
 def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple[str, dict[str, Any]]:
-    """The Markdown table and a JSON-ready summary ``{arm: {column: [mean, std, n]}}``."""
+    """The Markdown table and a JSON-ready summary ``{arm: {column: [mean, std], "regimes": {...}}}``.
+
+    Beside the means, the column *pass@1: collapsed / took off* counts the seeds whose held-out pass@1
+    collapsed or took off (:func:`rlvr.compare.stats_rules.regime_counts`, default thresholds, relative
+    to the mean of the untrained row when the comparison has one), so a mean over a bimodal set of
+    seeds is not read alone (issue 29)."""
+    from rlvr.compare.stats_rules import regime_counts
+
     res = load_results(out, arms, seeds)
     ks = {r.get("_k") for rows in res.values() for r in rows if r.get("_k")}
     k_label = f"held-out pass@{ks.pop()}" if len(ks) == 1 else "held-out pass@k"
     head = ["arm", "seeds"] + [k_label if key == "eval/pass@k" else label for key, label, _ in COLUMNS]
+    head.append("pass@1: collapsed / took off")
+    base = [r["eval/pass@1"] for r in res.get(BASELINE, []) if isinstance(r.get("eval/pass@1"), (int, float))]
+    start = sum(base) / len(base) if base else None
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary: dict[str, Any] = {}
     for a in arms:
@@ -89,6 +99,9 @@ def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple
             m, s = mean_spread([r.get(key, math.nan) for r in rows])
             cells.append(_fmt(m, s, nd) if len(rows) > 1 or math.isnan(m) else f"{m:.{nd}f}")  # no spread of 1 seed
             summary[a][key] = [m, s]
+        reg = regime_counts([r.get("eval/pass@1", math.nan) for r in rows], start)
+        cells.append(f"{reg['collapsed']}/{reg['n']} / {reg['took_off']}/{reg['n']}" if reg["n"] and a != BASELINE else "–")
+        summary[a]["regimes"] = reg
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), summary
 
@@ -200,6 +213,8 @@ def write_report(out: str | Path, *, arms: Sequence[str], seeds: Sequence[int], 
         + ("; the row *initial* is the untrained policy, evaluated the same way." if BASELINE in arms else "."),
         "- *entropy*: mean per-token policy entropy over the last steps; *grad norm*: mean pre-clip norm.",
         "- *zero-std groups*: fraction of groups whose rewards were all equal (no GRPO signal).",
+        "- *collapsed / took off*: seeds whose held-out pass@1 ended below 0.05 or more than 0.10 below the "
+        "untrained row / more than 0.25 above it (`rlvr.compare.stats_rules.Regimes`).",
         "",
     ]
     if rc:
