@@ -1,4 +1,4 @@
-"""Recipe ``uec_rl_release`` (the authors' released EFRame code; docs/uec_rl.md addendum): it differs
+"""Recipe ``uec_rl_release`` (the authors' released EFRame code; docs/uec_rl.md "Released code"): it differs
 from the paper-faithful ``uec_rl`` in exactly the documented keys, and trains end to end on the tiny model."""
 
 from __future__ import annotations

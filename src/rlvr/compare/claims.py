@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from rlvr.compare import stats_rules as sr
 from rlvr.compare.claim_values import (  # noqa: F401 (re-exported: the claims API reads values through them)
     METRICS,
@@ -146,8 +148,9 @@ class Claim:
             raise ConfigError(f"claim {self.claim!r}: regimes: {exc}") from None
 
 
-def differences(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float]) -> tuple[tuple[int, ...], "Any"]:
-    """``(seeds, d)``: the per-seed differences of ``claim`` (positive when it holds; module docstring).
+def differences(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float]) -> tuple[tuple[int, ...], np.ndarray]:
+    """``(seeds, d)``: the per-seed differences ``d`` (``[n]``) of ``claim``, positive when it holds (module
+    docstring); for ``band`` the arm's own values.
 
     Raises:
         UnpairedSeedsError: the two arms' seeds differ (or lack one of ``claim.seeds``).
@@ -162,8 +165,6 @@ def differences(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float]
                                                 f"{sorted(want - set(x))} of the claim's seeds {sorted(want)}")
     if claim.direction == "band":
         seeds = tuple(sorted(arm))
-        import numpy as np
-
         return seeds, np.array([arm[s] for s in seeds])
     p = sr.pair_by_seed(arm, ref, name=f"claim {claim.claim!r} ({claim.arm} vs {claim.ref})")
     d = {"higher": p.arm - claim.times * p.ref, "lower": p.ref - p.arm, "faster": p.ref / claim.factor - p.arm,
@@ -180,8 +181,6 @@ def _one_sided_pair(d, lo_mu: float, hi_mu: float, test: str) -> float:
 
 
 def _side(values: Sequence[float], start: float | None, rule: sr.Regimes | None) -> dict[str, Any]:
-    import numpy as np
-
     x = np.asarray(values, dtype=float)
     out: dict[str, Any] = {"values": [float(v) for v in x], "mean": float(x.mean()) if x.size else math.nan,
                            "sd": float(x.std(ddof=1)) if x.size > 1 else math.nan}

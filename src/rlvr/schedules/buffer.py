@@ -43,7 +43,7 @@ class TrajectoryBuffer:
     Raises:
         ValueError: ``capacity < 1``.
 
-    Source: docs/uec_rl.md implementation notes (a generic ``TrajectoryBuffer(capacity,
+    Source: docs/uec_rl.md §9, implementation notes (a generic ``TrajectoryBuffer(capacity,
     admission_predicate, sample_mode)``) and §2.5 (FIFO, newest kept) [code-precedent].
     """
 
