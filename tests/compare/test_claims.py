@@ -203,3 +203,17 @@ def test_curve_value_at_x():
     assert at_x(curve, "eval/pass@1", "step", 12) == pytest.approx(0.3)
     assert at_x(curve, "eval/pass@1", "step", 8) == pytest.approx(0.2)
     assert math.isnan(at_x(curve, "eval/pass@1", "step", 20))
+
+
+def test_cli_exits_2_on_unpaired_seeds_and_writes_nothing(tmp_path, capsys):
+    from rlvr.compare.claims import main
+
+    rows = [{"arm": "grpo", "seed": s, "eval/pass@1": 0.4} for s in (0, 1)]
+    rows += [{"arm": "a", "seed": s, "eval/pass@1": 0.5} for s in (0, 1, 2)]
+    cf = tmp_path / "claims.yaml"
+    cf.write_text(json.dumps({"claims": [{"paper": "P", "claim": "a higher", "compare": _runs_file(tmp_path, rows),
+                                          "arm": "a", "metric": "eval/pass@1"}]}))
+    with pytest.raises(SystemExit) as exc:
+        main([str(cf), "--out", str(tmp_path / "out.md")])
+    assert exc.value.code == 2 and "reference lacks [2]" in capsys.readouterr().err
+    assert not (tmp_path / "out.md").exists()
