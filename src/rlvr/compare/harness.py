@@ -153,7 +153,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     curve = read_curve(run_dir)
     result = {
         "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
-        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop,
+        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop, "precision": trainer.precision.mode,
         **curve_summary(curve), **ev,
     }
     _atomic_json(run_dir / "result.json", result)
@@ -197,8 +197,9 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     run_dir = Path(spec.output_dir) / BASELINE / f"seed{seed}"
     cfg = spec.run_config(spec.arms[0], seed, run_dir)
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
-    ev = _eval_keys(_held_out_eval(spec, cfg, model, tok, task), task)
-    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0, **ev}
+    raw = _held_out_eval(spec, cfg, model, tok, task)
+    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0, "precision": raw.get("precision"),
+              **_eval_keys(raw, task)}
     run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_json(run_dir / "result.json", result)
     return result
