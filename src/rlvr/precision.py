@@ -177,13 +177,18 @@ def _bf16_flags(flags: set[str]) -> tuple[str, ...]:
     return tuple(sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "bf16")))
 
 
-def _best_mm_seconds(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -> float:
-    """Best-of-``repeats`` wall seconds of ``torch.mm`` ``[m, k] @ [k, n]`` in ``dtype``, after one warm-up call
-    (oneDNN primitive creation). The one timing loop behind the probe and every benchmark's matmul rate.
-    Its inputs come from a private generator: timing never moves torch's global RNG (a run's seeded stream)."""
+def _mm_operands(m: int, k: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ``[m, k]`` and ``[k, n]`` operands in ``dtype``, already multiplied once (the warm-up: oneDNN
+    primitive creation). From a private generator: timing never moves torch's global RNG (a run's seeded stream)."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
     torch.mm(a, b)
+    return a, b
+
+
+def _best_of(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
+    """Best-of-``repeats`` wall seconds of ``torch.mm(a, b)``: the one timing loop behind the probe and every
+    benchmark's matmul rate."""
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -192,26 +197,32 @@ def _best_mm_seconds(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -
     return best
 
 
+def _best_mm_seconds(m: int, k: int, n: int, dtype: torch.dtype, repeats: int) -> float:
+    """Best-of-``repeats`` wall seconds of ``torch.mm`` ``[m, k] @ [k, n]`` in ``dtype``, after one warm-up call."""
+    return _best_of(*_mm_operands(m, k, n, dtype), repeats)
+
+
 def _bf16_speed_ratio(sizes: tuple[int, ...] = PROBE_SIZES, pairs: int = PROBE_PAIRS,
                       repeats: int = PROBE_CALLS) -> float:
     """Median bf16 / fp32 matmul rate ratio (> 1: bf16 is faster) over interleaved pairs, on one thread.
 
-    Per size ``n`` (``n³`` products), ``pairs`` pairs of :func:`_best_mm_seconds` timings, the pair's order
-    alternating (fp32 first, then bf16 first) so a drift in load hits both dtypes alike; after each size the
-    median over all pairs so far ends the measurement when it is beyond twice the margin either way
-    (< ``FP32_CLEAR_RATIO / 2`` or > ``2 * BF16_MIN_SPEEDUP``), so a CPU whose bf16 is emulated (~30x slower)
-    costs one small size. One thread: the ratio is the kernels' (bf16 support), and a single-threaded GEMM
-    does not wait on the slowest of several threads when other processes load the cores. The previous
-    thread count is restored.
+    Per size ``n`` (``n³`` products, operands warmed up once), ``pairs`` pairs of :func:`_best_of` timings,
+    the pair's order alternating (fp32 first, then bf16 first) so a drift in load hits both dtypes alike;
+    after each size the median over all pairs so far ends the measurement when it is beyond twice the margin
+    either way (< ``FP32_CLEAR_RATIO / 2`` or > ``2 * BF16_MIN_SPEEDUP``), so a CPU whose bf16 is emulated
+    (~30x slower) costs one small size. One thread: the ratio is the kernels' (bf16 support), and a
+    single-threaded GEMM does not wait on the slowest of several threads when other processes load the
+    cores. The previous thread count is restored.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     ratios: list[float] = []
     try:
         for n in sizes:
+            ops = {dt: _mm_operands(n, n, n, dt) for dt in (torch.float32, torch.bfloat16)}
             for i in range(pairs):
                 order = (torch.float32, torch.bfloat16) if i % 2 == 0 else (torch.bfloat16, torch.float32)
-                t = {dt: _best_mm_seconds(n, n, n, dt, repeats) for dt in order}
+                t = {dt: _best_of(*ops[dt], repeats) for dt in order}
                 ratios.append(t[torch.float32] / t[torch.bfloat16])
             med = statistics.median(ratios)
             if med < FP32_CLEAR_RATIO / 2 or med > 2 * BF16_MIN_SPEEDUP:
