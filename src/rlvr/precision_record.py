@@ -19,7 +19,8 @@ from typing import Any
 from rlvr.errors import DataError
 from rlvr.precision import PRECISION_MODES, PrecisionPolicy, canonical_precision, resolve_precision
 
-__all__ = ["RECORD_FILE", "write_precision_record", "read_precision_record", "follow_recorded_precision"]
+__all__ = ["RECORD_FILE", "write_precision_record", "read_precision_record", "follow_recorded_precision",
+           "config_at_recorded_precision"]
 
 RECORD_FILE = "precision.json"
 """The record's file name inside a checkpoint folder."""
@@ -90,3 +91,18 @@ def follow_recorded_precision(requested: str, folder: str | Path, *, context: st
         print(f"rlvr: {context}: at precision {mode}, the run's recorded one ({where}); model.dtype=auto would "
               f"pick {now} on this machine now (set model.dtype to choose)", file=sys.stderr)
     return mode
+
+
+def config_at_recorded_precision(cfg: Any, folder: str | Path, *, context: str, log: bool = True) -> Any:
+    """``cfg`` (an :class:`rlvr.config.RLConfig`) with ``model.dtype`` from :func:`follow_recorded_precision`:
+    what a resumed run (``rlvr train --resume``, a ``rlvr compare`` piece) is built with. The run's own
+    config (``config.yaml``, the checkpoints' saved state) keeps the value it was given, so a later
+    ``--resume`` compares equal; the returned copy is ``cfg`` itself when nothing changes.
+
+    Raises:
+        DataError: a damaged record.
+    """
+    dtype = follow_recorded_precision(cfg.model.dtype, folder, context=context, log=log)
+    if dtype == cfg.model.dtype:
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": dtype})})

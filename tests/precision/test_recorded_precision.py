@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cli_fixtures import TINY, train_tiny
 
 from rlvr import cli
@@ -49,16 +51,14 @@ def test_resume_and_eval_follow_the_runs_recorded_precision(tmp_path, monkeypatc
     assert "model.dtype=fp32 given, so not at the run's recorded precision bf16" in capsys.readouterr().err
     assert json.loads((tmp_path / "fp32.json").read_text())["precision"] == "fp32"
 
-    # the config's own model (no run behind it) is evaluated at what auto picks here, and says it
-    assert _eval(run, tmp_path / "base.json") == 0
-    assert json.loads((tmp_path / "base.json").read_text())["precision"] == "fp32"
-
 
 def test_eval_merge_refuses_shards_of_mixed_precision(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     monkeypatch.setenv("RLVR_CPU_BF16", "0")
     assert _eval(run, tmp_path / "a.json", "--limit", "2") == 0
     assert _eval(run, tmp_path / "b.json", "--offset", "2", "model.dtype=bf16") == 0
+    # the config's own model (no run behind it): at what auto picks here, or as given; each result says it
+    assert [json.loads((tmp_path / f"{x}.json").read_text())["precision"] for x in "ab"] == ["fp32", "bf16"]
     shards = [str(tmp_path / "a.samples.jsonl"), str(tmp_path / "b.samples.jsonl")]
     capsys.readouterr()
     assert cli.main(["eval-merge", *shards, "--out", str(tmp_path / "m.json")]) == 2
@@ -94,3 +94,25 @@ def test_compare_report_flags_mixed_precision(tmp_path):
     _ = [p.unlink() for p in (out / "c").glob("seed*/result.json")]
     report = write_report(out, arms=["a"], seeds=[0, 1]).read_text()
     assert "Mixed precision" not in report and "different precisions" not in report  # one precision: no flag
+
+
+def test_config_at_recorded_precision_and_damaged_records(tmp_path, monkeypatch, capsys):
+    """What ``--resume`` and a ``rlvr compare`` piece are built with: the recording under auto, the config's own
+    value otherwise; the run's config object is left as it was. A damaged record is a data error (exit 2)."""
+    from rlvr.config import build_config
+    from rlvr.errors import DataError
+    from rlvr.precision import resolve_precision
+    from rlvr.precision_record import config_at_recorded_precision, write_precision_record
+
+    monkeypatch.setenv("RLVR_CPU_BF16", "0")
+    write_precision_record(tmp_path, resolve_precision("bf16-pure", log=False))
+    cfg = build_config()
+    pinned = config_at_recorded_precision(cfg, tmp_path, context="test")
+    assert (pinned.model.dtype, cfg.model.dtype) == ("bf16-pure", "auto")
+    assert "would pick fp32 on this machine now" in capsys.readouterr().err
+    explicit = build_config(overrides=["model.dtype=fp32"])
+    assert config_at_recorded_precision(explicit, tmp_path, context="test") is explicit
+    assert config_at_recorded_precision(cfg, tmp_path / "no-record", context="test") is cfg  # an older checkpoint
+    (tmp_path / "precision.json").write_text('{"mode": "auto"}')
+    with pytest.raises(DataError, match="precision.json: expected a JSON object whose 'mode' is one of fp32"):
+        config_at_recorded_precision(cfg, tmp_path, context="test")

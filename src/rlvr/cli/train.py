@@ -59,19 +59,6 @@ def _resume_target(cfg, mode: str):
     return ckpt
 
 
-def _at_recorded_precision(local_cfg, ckpt: Path, *, log: bool):
-    """``local_cfg`` with ``model.dtype`` set to the precision recorded in ``ckpt`` when it is ``auto``
-    (:func:`rlvr.precision_record.follow_recorded_precision`; a note where ``auto`` would now pick
-    otherwise). The run's own config (``config.yaml``, the checkpoints' state) keeps ``auto``, so a
-    later ``--resume`` compares equal."""
-    from rlvr.precision_record import follow_recorded_precision
-
-    dtype = follow_recorded_precision(local_cfg.model.dtype, ckpt, context=f"--resume from {ckpt}", log=log)
-    if dtype == local_cfg.model.dtype:
-        return local_cfg
-    return local_cfg.model_copy(update={"model": local_cfg.model.model_copy(update={"dtype": dtype})})
-
-
 def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
     """Refuse an output dir that is a file, unwritable, or already holds a run (unless ``--resume``
     or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs before the model
@@ -135,7 +122,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     world = int(os.environ["WORLD_SIZE"]) if launched else 1
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
     if ckpt is not None:  # model.dtype=auto continues at the precision the run recorded (a bad record: exit 2 now)
-        local_cfg = _at_recorded_precision(local_cfg, ckpt, log=int(os.environ.get("RANK", "0")) == 0)
+        from rlvr.precision_record import config_at_recorded_precision
+
+        local_cfg = config_at_recorded_precision(local_cfg, ckpt, context=f"--resume from {ckpt}",
+                                                 log=int(os.environ.get("RANK", "0")) == 0)
     from rlvr.engines.factory import check_engine_config
     from rlvr.tasks import build_task
     from rlvr.trainer.rollout import check_filter_metric

@@ -80,8 +80,13 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
             shutil.rmtree(run_dir)  # an unfinished run without a piece checkpoint: start it afresh
         run_dir.mkdir(parents=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    run_cfg = cfg
+    if piece is not None:  # a later piece continues at the precision the first one resolved
+        from rlvr.precision_record import config_at_recorded_precision
+
+        cfg = config_at_recorded_precision(cfg, piece.checkpoint, context=f"compare {arm.name} seed {seed}")
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
-    trainer = Trainer(cfg, model, tok, task)
+    trainer = Trainer(cfg, model, tok, task, run_config=run_cfg)
     if piece is not None:
         load_checkpoint(trainer, piece.checkpoint)
         log(f"compare: {arm.name} seed {seed}: resumed at step {trainer.global_step} ({piece.rollouts} rollouts, "
