@@ -36,9 +36,9 @@ only the vector ISA (``AVX2``, ``AVX512``), not bf16 support. The environment va
 one machine); ``RLVR_CPU_FLAGS="flag flag ..."`` replaces the flags read from ``/proc/cpuinfo`` (a test
 hook: it lets a test take the timing path on a CPU without bf16 flags).
 
-A run records the precision it resolved (:func:`write_precision_record`: ``precision.json`` in every
+A run records the precision it resolved (:mod:`rlvr.precision_record`: ``precision.json`` in every
 checkpoint and ``final/``); ``--resume`` and ``rlvr eval --checkpoint`` under ``model.dtype=auto`` follow
-the recording (:func:`follow_recorded_precision`), so a run keeps one precision on any machine.
+the recording (:func:`rlvr.precision_record.follow_recorded_precision`), so a run keeps one precision on any machine.
 
 Source: the mixed-precision recipe of Micikevicius et al. (2018, "Mixed Precision Training", §3: fp32
 master weights, reduced-precision arithmetic, fp32 accumulation of reductions), as torch's autocast and

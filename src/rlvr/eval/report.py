@@ -118,13 +118,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         raise ValueError("markdown_table: no rows")
     ks = sorted({k for r in rows for k in r.get("ks", [])})
     metrics = [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks if any(f"maj@{k}" in r for r in rows)]
-    precisions = sorted({str(r.get("precision", "unknown")) for r in rows})
+    precisions = sorted({str(r.get("precision") or "unknown") for r in rows})  # unknown: an older shard
     mixed = len(precisions) > 1
     head = ["model", "step", *(["precision"] if mixed else []), *metrics, "reward/mean", "mean length", "clipped"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"`{r['model']}`", "–" if r.get("step") is None else str(r["step"])]
-        cells += [str(r.get("precision", "unknown"))] if mixed else []
+        cells += [str(r.get("precision") or "unknown")] if mixed else []
         cells += [_fmt(r, m) for m in metrics]
         cells += [_fmt(r, "reward/mean"), f"{r.get('completions/mean_length', 0):.0f}",
                   f"{r.get('completions/clipped_ratio', 0):.2f}"]
