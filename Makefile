@@ -47,10 +47,14 @@ test: $(STAMP)
 test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m ''
 
+# One precision for all three demo commands: what model.dtype=auto picks on this machine, resolved once
+# (python -m rlvr.precision; the verdict is cached per machine); `make demo DEMO_DTYPE=bf16` chooses.
+DEMO_DTYPE = $(eval DEMO_DTYPE := $$(or $$(shell $(BIN)/python -m rlvr.precision),$$(error python -m rlvr.precision failed)))$(DEMO_DTYPE)
+
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/rlvr eval --config demo logging.output_dir=$(DEMO_OUT) --tag before
-	HF_HUB_OFFLINE=1 $(BIN)/rlvr train --config demo logging.output_dir=$(DEMO_OUT)
-	HF_HUB_OFFLINE=1 $(BIN)/rlvr eval --config demo logging.output_dir=$(DEMO_OUT) --checkpoint $(DEMO_OUT)/final --tag after
+	HF_HUB_OFFLINE=1 $(BIN)/rlvr eval --config demo logging.output_dir=$(DEMO_OUT) model.dtype=$(DEMO_DTYPE) --tag before
+	HF_HUB_OFFLINE=1 $(BIN)/rlvr train --config demo logging.output_dir=$(DEMO_OUT) model.dtype=$(DEMO_DTYPE)
+	HF_HUB_OFFLINE=1 $(BIN)/rlvr eval --config demo logging.output_dir=$(DEMO_OUT) model.dtype=$(DEMO_DTYPE) --checkpoint $(DEMO_OUT)/final --tag after
 	$(BIN)/rlvr plot $(DEMO_OUT)
 
 bench: $(STAMP)

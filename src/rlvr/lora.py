@@ -374,7 +374,8 @@ def load_adapter_policy(folder: str | Path, model_cfg: Any, *, merge: bool = Tru
     Args:
         folder: a LoRA ``final/`` or ``checkpoint-N/`` (peft adapter format).
         model_cfg: a :class:`rlvr.config.ModelConfig` to start from; its ``name_or_path``,
-            ``gguf_file``, ``revision`` and ``cache_dir`` are replaced by the folder's recorded base.
+            ``gguf_file``, ``revision`` and ``cache_dir`` are replaced by the folder's recorded base, and
+            ``dtype`` too unless the base recorded ``auto``.
         merge: return ``merge_and_unload()``'s plain model (faster to sample from) instead of the
             ``PeftModel``.
 
@@ -389,6 +390,8 @@ def load_adapter_policy(folder: str | Path, model_cfg: Any, *, merge: bool = Tru
     folder = Path(folder)
     spec = read_base_model_spec(folder)
     keep = {k: spec[k] for k in ("name_or_path", "gguf_file", "revision", "cache_dir", "dtype") if k in spec}
+    if keep.get("dtype") == "auto":  # the base's auto: model_cfg's dtype (the run's recorded precision in rlvr eval)
+        del keep["dtype"]
     base_cfg = model_cfg.model_copy(update={**keep, "lora": type(model_cfg.lora)(), "gradient_checkpointing": False})
     model, tok = load_policy(base_cfg)
     if (folder / "tokenizer_config.json").is_file():

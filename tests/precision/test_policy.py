@@ -69,8 +69,10 @@ def test_cuda_auto_uses_bf16_support_flag():
 
 
 @pytest.fixture
-def fresh_probe(monkeypatch):
+def fresh_probe(monkeypatch, tmp_path):
     monkeypatch.delenv("RLVR_CPU_BF16", raising=False)
+    monkeypatch.delenv("RLVR_CPU_FLAGS", raising=False)
+    monkeypatch.setenv("RLVR_CACHE_DIR", str(tmp_path / "cache"))  # never the user's ~/.cache/rlvr
     prec._probe_hardware.cache_clear()
     yield
     prec._probe_hardware.cache_clear()
@@ -124,15 +126,18 @@ def test_fsdp_kwargs_follow_the_mode():
 
 def test_probe_and_benchmark_rates_share_one_timing_loop(monkeypatch):
     """The probe's ratio, ``matmul_rates`` and the benchmarks' model-shape rates all come from
-    ``_best_mm_seconds`` (one copy: benchmarks/bench_step.py, bench_vllm.py and machine.py import them)."""
+    ``_best_of`` (one copy: benchmarks/bench_step.py, bench_vllm.py and machine.py import them)."""
     calls = []
 
-    def fake(m, k, n, dtype, repeats):
-        calls.append((m, k, n, dtype))
-        return 1e-3 if dtype == torch.float32 else 4e-3  # bf16 four times slower
+    def fake(a, b, repeats):
+        calls.append((a.shape[0], a.shape[1], b.shape[1], a.dtype))
+        return 1e-3 if a.dtype == torch.float32 else 4e-3  # bf16 four times slower
 
-    monkeypatch.setattr(prec, "_best_mm_seconds", fake)
-    assert prec._bf16_speed_ratio(256) == pytest.approx(0.25)
+    monkeypatch.setattr(prec, "_best_of", fake)
+    assert prec._bf16_speed_ratio((32, 64)) == pytest.approx(0.25)
+    assert {c[:3] for c in calls} == {(32, 32, 32)}  # 0.25 is decisive: the next size is not timed
+    assert [c[3] for c in calls[:4]] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]  # interleaved
+    calls.clear()
     r = prec.matmul_rates(4, 8, 16)
     assert r == {"float32": pytest.approx(2 * 4 * 8 * 16 / 1e-3 / 1e9), "bfloat16": pytest.approx(2 * 4 * 8 * 16 / 4e-3 / 1e9)}
     calls.clear()

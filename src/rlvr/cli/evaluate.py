@@ -31,11 +31,25 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
     return path
 
 
+def _run_precisions(cfg, specs) -> dict[str, str]:
+    """``model.dtype`` per model to evaluate: for a checkpoint under ``model.dtype=auto`` the precision its run
+    recorded (:func:`rlvr.precision_record.follow_recorded_precision`), else the config's.
+
+    Raises:
+        DataError: a checkpoint's ``precision.json`` is damaged (names the file).
+    """
+    from rlvr.precision_record import follow_recorded_precision
+
+    return {s.label: cfg.model.dtype if s.path is None else
+            follow_recorded_precision(cfg.model.dtype, s.path, context=f"eval {s.label}") for s in specs}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``rlvr eval``: pass@k, maj@k and mean reward of one or more models, as JSON + Markdown + JSONL.
 
     Everything cheap is checked before any model loads: the config, the task's data, the
-    ``--checkpoint`` values and that the output files can be written. When the report cannot be
+    ``--checkpoint`` values, their recorded precision (followed under ``model.dtype=auto``) and that the
+    output files can be written. When the report cannot be
     written after all, the results are printed whole to stdout instead (exit 1), so they are not lost.
     """
     cfg = _load_config(args)
@@ -57,6 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rlvr.models import check_model_path
 
         check_model_path(cfg.model)
+    dtypes = _run_precisions(cfg, specs)  # a damaged precision record: exit 2 before any model loads
     json_path = path
     stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
     md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
@@ -78,7 +93,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if spec.path is not None:
                 from rlvr.lora import load_checkpoint_policy
 
-                model, tokenizer = load_checkpoint_policy(cfg.model, spec.path)  # a model folder or a LoRA adapter
+                model_cfg = cfg.model.model_copy(update={"dtype": dtypes[spec.label]})  # the run's, under auto
+                model, tokenizer = load_checkpoint_policy(model_cfg, spec.path)  # a model folder or a LoRA adapter
             else:
                 model, tokenizer = load_policy(cfg.model)
             writer.model = spec.label
@@ -124,10 +140,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_eval_merge(args: argparse.Namespace) -> int:
     """``rlvr eval-merge A.samples.jsonl B.samples.jsonl --out X.json``: shards of one evaluation → one result
-    (:func:`rlvr.eval.merge.write_merged`). Overlapping or inconsistent shards are a data error (exit 2)."""
+    (:func:`rlvr.eval.merge.write_merged`). Overlapping or inconsistent shards are a data error (exit 2), and so
+    are shards of different precisions unless ``--allow-mixed-precision``."""
     from rlvr.eval.merge import write_merged
 
-    merged, md_path, samples_path = write_merged(args.samples, Path(args.out))
+    merged, md_path, samples_path = write_merged(args.samples, Path(args.out),
+                                                 allow_mixed_precision=args.allow_mixed_precision)
     shown = ", ".join(f"{m}={merged[m]:.4f} [{merged[f'ci95/{m}'][0]:.3f}, {merged[f'ci95/{m}'][1]:.3f}]"
                       for k in merged["ks"] for m in (f"pass@{k}", f"maj@{k}") if m in merged)
     print(md_path.read_text())

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     em = sub.add_parser("eval-merge", help="one table + JSON from the per-sample JSONL files of eval shards")
     em.add_argument("samples", nargs="+", metavar="X.samples.jsonl", help="shards' per-sample files, in split order")
     em.add_argument("--out", required=True, help="merged JSON path (the .md table and .samples.jsonl go next to it)")
+    em.add_argument("--allow-mixed-precision", action="store_true",
+                    help="merge shards evaluated at different precisions (refused by default; the result says 'mixed')")
     ex = sub.add_parser("export", help="write a LoRA adapter folder merged into its base as a Hugging Face folder")
     ex.add_argument("folder", help="a LoRA run's final/ or checkpoint-N/ (peft adapter format)")
     ex.add_argument("--merge", action="store_true", required=True,

@@ -121,6 +121,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     world = int(os.environ["WORLD_SIZE"]) if launched else 1
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
+    if ckpt is not None:  # model.dtype=auto continues at the precision the run recorded (a bad record: exit 2 now)
+        from rlvr.precision_record import config_at_recorded_precision
+
+        local_cfg = config_at_recorded_precision(local_cfg, ckpt, context=f"--resume from {ckpt}",
+                                                 log=int(os.environ.get("RANK", "0")) == 0)
     from rlvr.engines.factory import check_engine_config
     from rlvr.tasks import build_task
     from rlvr.trainer.rollout import check_filter_metric
@@ -157,7 +162,7 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     from rlvr.trainer.trainer import Trainer
 
     main_rank = env.rank == 0
-    model, tokenizer = load_policy(cfg.model)
+    model, tokenizer = load_policy(local_cfg.model)  # at the run's recorded precision on --resume
     out = Path(cfg.logging.output_dir)
     if main_rank:
         out.mkdir(parents=True, exist_ok=True)

@@ -80,8 +80,13 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
             shutil.rmtree(run_dir)  # an unfinished run without a piece checkpoint: start it afresh
         run_dir.mkdir(parents=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    run_cfg = cfg
+    if piece is not None:  # a later piece continues at the precision the first one resolved
+        from rlvr.precision_record import config_at_recorded_precision
+
+        cfg = config_at_recorded_precision(cfg, piece.checkpoint, context=f"compare {arm.name} seed {seed}")
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
-    trainer = Trainer(cfg, model, tok, task)
+    trainer = Trainer(cfg, model, tok, task, run_config=run_cfg)
     if piece is not None:
         load_checkpoint(trainer, piece.checkpoint)
         log(f"compare: {arm.name} seed {seed}: resumed at step {trainer.global_step} ({piece.rollouts} rollouts, "
@@ -153,7 +158,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     curve = read_curve(run_dir)
     result = {
         "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
-        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop,
+        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop, "precision": trainer.precision.mode,
         **curve_summary(curve), **ev,
     }
     _atomic_json(run_dir / "result.json", result)
@@ -197,8 +202,9 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     run_dir = Path(spec.output_dir) / BASELINE / f"seed{seed}"
     cfg = spec.run_config(spec.arms[0], seed, run_dir)
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
-    ev = _eval_keys(_held_out_eval(spec, cfg, model, tok, task), task)
-    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0, **ev}
+    raw = _held_out_eval(spec, cfg, model, tok, task)
+    result = {"arm": BASELINE, "seed": seed, "steps": 0, "rollouts": 0, "tokens": 0, "precision": raw.get("precision"),
+              **_eval_keys(raw, task)}
     run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_json(run_dir / "result.json", result)
     return result

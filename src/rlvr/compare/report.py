@@ -73,6 +73,26 @@ def load_results(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[s
     return res
 
 
+def arm_precisions(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The distinct precisions an arm's finished seeds ran at (``result.json``'s ``precision``; sorted)."""
+    return sorted({str(r["precision"]) for r in rows if r.get("precision")})
+
+
+def precision_notes(summary: dict[str, Any]) -> list[str]:
+    """Report lines that flag mixed precision: an arm whose seeds ran at different precisions (its mean ±
+    std mixes them), and arms that differ in precision (their differences include the precision's)."""
+    notes = [f"**Mixed precision within arm {a}**: its seeds ran at {', '.join(s['precision'])}, so its cells "
+             "average over precisions." for a, s in summary.items() if len(s.get("precision", [])) > 1]
+    by = {}
+    for a, s in summary.items():
+        if len(s.get("precision", [])) == 1:
+            by.setdefault(s["precision"][0], []).append(a)
+    if len(by) > 1:
+        notes.append("**Arms of different precisions**: " + "; ".join(f"{p}: {', '.join(v)}" for p, v in sorted(by.items()))
+                     + ". Differences between them include the precision's (see docs/precision.md).")
+    return notes
+
+
 def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple[str, dict[str, Any]]:
     """The Markdown table and a JSON-ready summary ``{arm: {column: [mean, std], "regimes": {...}}}``.
 
@@ -85,7 +105,7 @@ def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple
     res = load_results(out, arms, seeds)
     ks = {r.get("_k") for rows in res.values() for r in rows if r.get("_k")}
     k_label = f"held-out pass@{ks.pop()}" if len(ks) == 1 else "held-out pass@k"
-    head = ["arm", "seeds"] + [k_label if key == "eval/pass@k" else label for key, label, _ in COLUMNS]
+    head = ["arm", "seeds", "precision"] + [k_label if key == "eval/pass@k" else label for key, label, _ in COLUMNS]
     head.append("pass@1: collapsed / took off")
     base = [r["eval/pass@1"] for r in res.get(BASELINE, []) if isinstance(r.get("eval/pass@1"), (int, float))]
     start = sum(base) / len(base) if base else None
@@ -93,8 +113,9 @@ def summary_table(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> tuple
     summary: dict[str, Any] = {}
     for a in arms:
         rows = res[a]
-        cells = [a, str(len(rows))]
-        summary[a] = {"n": len(rows)}
+        precisions = arm_precisions(rows)
+        cells = [a, str(len(rows)), " + ".join(precisions) if precisions else "–"]
+        summary[a] = {"n": len(rows), "precision": precisions}
         for key, _, nd in COLUMNS:
             m, s = mean_spread([r.get(key, math.nan) for r in rows])
             cells.append(_fmt(m, s, nd) if len(rows) > 1 or math.isnan(m) else f"{m:.{nd}f}")  # no spread of 1 seed
@@ -208,9 +229,11 @@ def write_report(out: str | Path, *, arms: Sequence[str], seeds: Sequence[int], 
         "",
         table,
         "",
+        *[line for note in precision_notes(summary) for line in (note, "")],
         "- *final reward*: mean training reward over the last rounds (≤ 5); *best*: max of its moving average.",
         "- *held-out pass@k*: unbiased estimator on the task's eval split after training"
         + ("; the row *initial* is the untrained policy, evaluated the same way." if BASELINE in arms else "."),
+        "- *precision*: the precision each arm's runs resolved (`model.dtype`, docs/precision.md).",
         "- *entropy*: mean per-token policy entropy over the last steps; *grad norm*: mean pre-clip norm.",
         "- *zero-std groups*: fraction of groups whose rewards were all equal (no GRPO signal).",
         "- *collapsed / took off*: seeds whose held-out pass@1 ended below 0.05 or more than 0.10 below the "

@@ -82,7 +82,8 @@ def evaluate(
     Returns:
         a JSON-serialisable dict: settings (``task``, ``split``, ``model``, ``num_problems``,
         ``num_problems_total``, ``problems``, ``row_range``, ``num_samples``, ``temperature``, ``decoding``,
-        ``top_p``, ``max_new_tokens``, ``seed``, ``ks``), metrics (``pass@k``, ``maj@k``,
+        ``top_p``, ``max_new_tokens``, ``seed``, ``ks``, ``precision``: the mode the samples were drawn at,
+        also in every ``on_problem`` record), metrics (``pass@k``, ``maj@k``,
         ``reward/mean``, ``reward/pass_rate``, their ``ci95/`` and ``ci_method/``, ``answers/extracted_ratio``,
         ``completions/mean_length``, ``completions/clipped_ratio``, ``reward/verifier_errors``),
         ``time_s``, ``tokens_per_s`` (generated tokens per wall second), ``torch_threads`` and ``per_problem`` (uid, correct count, n, mean reward,
@@ -118,6 +119,7 @@ def evaluate(
         from rlvr.engines.hf import HFEngine
 
         engine = HFEngine(model, tokenizer, max_batch_size=max(1, prompts_per_batch * n_draw))
+    precision = _precision_of(model, engine)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
     sampler = GroupSampler(engine, encoder, pad)
@@ -150,7 +152,7 @@ def evaluate(
                         "length": int(lens[r]),
                         "truncated": bool(clipped[r]),
                     })
-                rec = _problem_record(prob, samples, ks_used)
+                rec = {**_problem_record(prob, samples, ks_used), "precision": precision}
                 slim.append({**rec, "question": None, "samples": [{**s, "text": None} for s in samples]})
                 generated += sum(s["length"] for s in samples)
                 per_problem.append({
@@ -178,6 +180,7 @@ def evaluate(
         "max_new_tokens": max_new_tokens,
         "seed": seed,
         "ks": ks_used,
+        "precision": precision,
     }
     if ks_skipped:
         out["ks_skipped"] = ks_skipped
@@ -190,6 +193,15 @@ def evaluate(
     out["torch_threads"] = torch.get_num_threads()
     out["per_problem"] = per_problem
     return out
+
+
+def _precision_of(model: Any, engine: Any) -> str:
+    """The precision the samples are drawn at: the engine's policy (``HFEngine.precision``), else the
+    model's (:func:`rlvr.precision.precision_label`)."""
+    from rlvr.precision import PrecisionPolicy, precision_label
+
+    policy = getattr(engine, "precision", None)
+    return policy.mode if isinstance(policy, PrecisionPolicy) else precision_label(model)
 
 
 def _problem_record(prob: Any, samples: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:

@@ -69,12 +69,39 @@ def _shard_json(samples_path: Path) -> dict[str, Any] | None:
         return None
 
 
-def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None) -> dict[str, Any]:
+def _shard_precisions(recs: list[dict[str, Any]], js: dict[str, Any] | None) -> set[str]:
+    """The precisions a shard ran at: its records' ``precision`` and its JSON's (none for older shards)."""
+    found = {str(r["precision"]) for r in recs if r.get("precision")}
+    if js is not None and js.get("precision"):
+        found.add(str(js["precision"]))
+    return found
+
+
+def _merged_precision(by_shard: dict[Path, set[str]], allow_mixed: bool) -> str | None:
+    """The merged result's ``precision``: the one all shards ran at, ``"mixed (a, b)"`` when allowed.
+
+    Raises:
+        DataError: shards ran at different precisions and ``allow_mixed`` is False (names each shard's).
+    """
+    known = sorted(set().union(*by_shard.values())) if by_shard else []
+    if len(known) <= 1:
+        return known[0] if known else None
+    if not allow_mixed:
+        each = "; ".join(f"{p}: {', '.join(sorted(v)) or 'not recorded'}" for p, v in by_shard.items())
+        raise DataError(f"eval-merge: the shards ran at different precisions ({each}); evaluate them at one "
+                        "model.dtype, or pass --allow-mixed-precision to merge them anyway")
+    return f"mixed ({', '.join(known)})"
+
+
+def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None,
+                  allow_mixed_precision: bool = False) -> dict[str, Any]:
     """Merge shards' per-sample JSONL files (one model each) into one evaluation result.
 
     Problems keep the order of ``paths`` and, within a file, file order. The k of pass@k / maj@k are
     those every record has. Settings (``SETTINGS``) come from each shard's ``X.json`` when it exists,
-    and must agree; ``seed`` (default: the shards' seed, else 0) seeds the bootstrap intervals.
+    and must agree; ``seed`` (default: the shards' seed, else 0) seeds the bootstrap intervals. The shards'
+    precisions (their records' and JSON's ``precision``) must agree too unless ``allow_mixed_precision``;
+    the result's ``precision`` is theirs (``"mixed (bf16, fp32)"`` when allowed to differ).
 
     Returns:
         the settings, ``num_problems``, ``problems`` (``"N of M"`` when the shards' JSON give M),
@@ -84,7 +111,8 @@ def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None) -> di
 
     Raises:
         DataError: no paths, an unreadable file, a problem ``uid`` in two shards, shards of
-            different models, or shards whose settings differ (each names the files and the key).
+            different models, shards whose settings differ (each names the files and the key), or
+            shards of different precisions (unless allowed).
     """
     if not paths:
         raise DataError("eval-merge: no per-sample JSONL files given")
@@ -93,6 +121,7 @@ def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None) -> di
     shards: list[dict[str, Any]] = []
     settings: dict[str, Any] = {}
     settings_from: Path | None = None
+    precisions: dict[Path, set[str]] = {}
     for raw in paths:
         p = Path(raw)
         recs = read_samples(p)
@@ -105,7 +134,9 @@ def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None) -> di
         if len(models) > 1:
             raise DataError(f"eval-merge: {p} holds model(s) {sorted(map(str, models))}; merge one model's shards at a time")
         js = _shard_json(p)
-        shard = {"path": str(p), "problems": len(recs), "complete": js is not None}
+        precisions[p] = _shard_precisions(recs, js)
+        shard = {"path": str(p), "problems": len(recs), "complete": js is not None,
+                 "precision": ", ".join(sorted(precisions[p])) or None}
         if js is not None:
             shard.update({k: js.get(k) for k in ("row_range", "time_s", "tokens_per_s", "torch_threads") if k in js})
             if js.get("num_problems") is not None and js["num_problems"] != len(recs):
@@ -127,13 +158,15 @@ def merge_samples(paths: Sequence[str | Path], *, seed: int | None = None) -> di
     n = len(records)
     out: dict[str, Any] = {**settings, "model": records[0].get("model"), "ks": ks, "num_problems": n,
                            "problems": (f"all {total}" if total == n else f"{n} of {total}") if total else f"{n}"}
+    out["precision"] = _merged_precision(precisions, allow_mixed_precision)
     out.update(summarize_records(records, ks, seed=seed))
     out["shards"] = shards
     out["records"] = records
     return out
 
 
-def write_merged(samples: Sequence[str | Path], json_path: Path) -> tuple[dict[str, Any], Path, Path]:
+def write_merged(samples: Sequence[str | Path], json_path: Path, *,
+                 allow_mixed_precision: bool = False) -> tuple[dict[str, Any], Path, Path]:
     """Merge ``samples`` (:func:`merge_samples`) and write ``X.json`` (the result, and ``rows`` with its
     one table row), ``X.md`` (the table) and ``X.samples.jsonl`` (the shards' lines, in order) for
     ``json_path`` = ``X.json``.
@@ -153,7 +186,7 @@ def write_merged(samples: Sequence[str | Path], json_path: Path) -> tuple[dict[s
     md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
     if any(Path(p).resolve() == samples_path.resolve() for p in samples):
         raise ConfigError(f"--out {json_path}: would overwrite the input {samples_path}")
-    merged = merge_samples(samples)
+    merged = merge_samples(samples, allow_mixed_precision=allow_mixed_precision)
     records = merged.pop("records")
     row = summary_row(merged, ModelSpec(str(merged.get("model") or "model"), None, None))
     try:

@@ -111,15 +111,20 @@ def _fmt(row: dict[str, Any], metric: str) -> str:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table with a row per model: pass@k and maj@k for every k (value [95 % CI]),
     mean reward, mean completion length and clipped share; a header line states the benchmark,
-    problems, samples and decoding, and a footer how the intervals were computed."""
+    problems, samples, decoding and the precision the rows ran at (``precision``; rows of different
+    precisions get a precision column and the header flags them), and a footer how the intervals were
+    computed."""
     if not rows:
         raise ValueError("markdown_table: no rows")
     ks = sorted({k for r in rows for k in r.get("ks", [])})
     metrics = [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks if any(f"maj@{k}" in r for r in rows)]
-    head = ["model", "step", *metrics, "reward/mean", "mean length", "clipped"]
+    precisions = sorted({str(r.get("precision") or "unknown") for r in rows})  # unknown: an older shard
+    mixed = len(precisions) > 1
+    head = ["model", "step", *(["precision"] if mixed else []), *metrics, "reward/mean", "mean length", "clipped"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"`{r['model']}`", "–" if r.get("step") is None else str(r["step"])]
+        cells += [str(r.get("precision") or "unknown")] if mixed else []
         cells += [_fmt(r, m) for m in metrics]
         cells += [_fmt(r, "reward/mean"), f"{r.get('completions/mean_length', 0):.0f}",
                   f"{r.get('completions/clipped_ratio', 0):.2f}"]
@@ -129,7 +134,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         f"temperature {r0.get('temperature')}, top-p {r0.get('top_p')}")
     title = (f"**{r0.get('task')}** ({r0.get('split')} split): {r0.get('problems')} problems, "
              f"{r0.get('num_samples')} sample(s) each, {decoding}, max {r0.get('max_new_tokens')} new tokens, "
-             f"seed {r0.get('seed')}.")
+             f"seed {r0.get('seed')}, " + (f"precision {precisions[0]}." if not mixed else
+             f"**mixed precision** ({', '.join(precisions)}: rows differ by precision as well as by model)."))
     methods = sorted({r[k] for r in rows for k in r if k.startswith("ci_method/")})
     foot = ("95 % intervals in brackets: " + " / ".join(
         {"wilson": "Wilson score where each problem is a 0/1 outcome",

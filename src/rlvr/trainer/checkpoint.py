@@ -1,7 +1,8 @@
 """Checkpoints: written atomically, read without unpickling untrusted data.
 
 Layout of ``checkpoint-N/``: the policy as a Hugging Face folder (``model.safetensors``, config,
-tokenizer), ``optimizer.pt`` and ``scheduler.pt`` (tensors and plain containers only, read with
+tokenizer), ``precision.json`` (the precision the run resolved, :mod:`rlvr.precision_record`; ``final/`` has it
+too), ``optimizer.pt`` and ``scheduler.pt`` (tensors and plain containers only, read with
 ``torch.load(weights_only=True)``), ``trainer_state.json`` (step, generation round, loader position,
 RNG states, schedule state, config, content hashes of the task's data files), and, when the run was
 between the optimizer updates of one generation batch (μ > 1), ``pending.safetensors`` +
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
+from rlvr.precision_record import RECORD_FILE, write_precision_record
 from rlvr.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
     CHECKPOINT_VERSION,
@@ -117,6 +119,8 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         trainer.model.save_pretrained(tmp, safe_serialization=True)  # a PeftModel writes its adapter only
         stage = "tokenizer files"
         trainer.tokenizer.save_pretrained(tmp)
+        stage = RECORD_FILE
+        write_precision_record(tmp, getattr(trainer, "precision", None))  # what --resume and rlvr eval follow
         if is_peft_model(trainer.model):
             write_base_model_spec(trainer.model, tmp)
         if not hf_folder:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from rlvr.lora import is_peft_model, write_base_model_spec
+from rlvr.precision_record import write_precision_record
 from rlvr.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
@@ -110,6 +111,7 @@ def _write_hf_folder(trainer: Any, folder: Path) -> None:
     if trainer.rank == 0:
         trainer.model.save_pretrained(folder, state_dict=full, safe_serialization=True)
         trainer.tokenizer.save_pretrained(folder)
+        write_precision_record(folder, getattr(trainer, "precision", None))  # what --resume and rlvr eval follow
         if lora:
             write_base_model_spec(trainer.model, folder)
 
