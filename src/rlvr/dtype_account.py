@@ -99,6 +99,13 @@ def _dt(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def _layout(t: torch.Tensor) -> str:
+    """``N`` (row-major), ``T`` (a transposed view: column-major) or ``S`` (other strides) of a 2-d operand."""
+    if t.dim() != 2 or t.stride(-1) == 1:
+        return "N"
+    return "T" if t.stride(0) == 1 else "S"
+
+
 def _tensors(x: Any) -> Iterable[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         yield x
@@ -145,6 +152,7 @@ class DtypeAccount(TorchDispatchMode):
         self.casts: dict[str, dict[str, int]] = {}
         self.vocab: dict[str, dict[str, int]] = {}
         self.segments: list[_Segment] = [_Segment()]
+        self.layouts: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ recording
     def _segment(self, backward: bool) -> _Segment:
@@ -184,6 +192,9 @@ class DtypeAccount(TorchDispatchMode):
             dt = _dt(args[1] if name in ("aten.addmm", "aten.baddbmm") or name in _SDPA_BWD else args[0])
             rec["flops"][dt] += flops
             seg.matmul_flops[dt] += flops
+            if name in ("aten.mm", "aten.addmm"):
+                a, b = (args[0], args[1]) if name == "aten.mm" else (args[1], args[2])
+                self.layouts[f"{dt} {_layout(a)}{_layout(b)}"] += flops
             return
         if name in _CASTS and self._cast(name, args, out, seg):
             return
@@ -244,7 +255,9 @@ class DtypeAccount(TorchDispatchMode):
         ``{weight: conversions}`` per micro-batch), ``max_weight_casts_per_micro_batch`` (``{weight: max}``
         and ``"__max__"``), ``weight_casts_outside`` (forward-only segments), ``casts`` (per direction:
         calls, elements, bytes), ``vocab_passes`` (per op: calls, bytes), ``vocab_passes_per_micro_batch``,
-        ``bytes_by_dtype`` (non-matmul, non-cast ops), ``ops`` (per op overload: calls, FLOPs and bytes per
+        ``bytes_by_dtype`` (non-matmul, non-cast ops), ``matmul_layouts`` (``mm``/``addmm`` FLOPs per
+        ``"<dtype> <layout of a><layout of b>"``, ``N`` row-major, ``T`` transposed: the backward's
+        weight-gradient products are ``T``-shaped, which some bf16 kernels handle slower), ``ops`` (per op overload: calls, FLOPs and bytes per
         dtype, calls per phase).
         """
         mm: Counter[str] = Counter()
@@ -276,7 +289,7 @@ class DtypeAccount(TorchDispatchMode):
             "max_weight_casts_per_micro_batch": mx, "weight_casts_outside": dict(outside),
             "casts": self.casts, "cast_bytes_per_micro_batch": [s.cast_bytes for s in micro],
             "vocab_passes": self.vocab, "vocab_passes_per_micro_batch": [s.vocab_passes for s in micro],
-            "bytes_by_dtype": dict(by_dtype), "ops": ops,
+            "bytes_by_dtype": dict(by_dtype), "matmul_layouts": dict(self.layouts), "ops": ops,
         }
 
 
@@ -320,6 +333,8 @@ def format_account(s: dict[str, Any], top: int = 12) -> str:
         f = r.get("flops", {})
         if f:
             lines.append(f"{op:<62}{r['calls']:>7}{_si(f.get('bfloat16', 0)):>13}{_si(f.get('float32', 0)):>13}")
+    lines.append("mm FLOPs by operand layout (N row-major, T transposed): " + ", ".join(
+        f"{k} {_si(v)}FLOP" for k, v in sorted(s.get("matmul_layouts", {}).items(), key=lambda kv: -kv[1])))
     lines.append(f"{'cast':<24}{'calls':>7}{'bytes read':>13}{'of weights':>13}")
     for k, c in sorted(s["casts"].items()):
         lines.append(f"{k:<24}{c['calls']:>7}{_si(c['bytes_read']) + 'B':>13}{_si(c['weight_bytes_read']) + 'B':>13}")
