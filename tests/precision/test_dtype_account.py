@@ -96,3 +96,19 @@ def test_fp32_update_runs_no_bf16_and_converts_nothing(tmp_path, tiny, toy_task)
     assert set(s["matmul_flops"]) == {"float32"} and s["matmul_bf16_fraction"] == 0
     assert s["max_weight_casts_per_micro_batch"]["__max__"] == 0
     assert "float32->bfloat16" not in s["casts"]
+
+
+def test_bf16_pure_lm_head_runs_every_matmul_in_bf16():
+    """bf16-pure (bf16 weights, no autocast): the head's weight-gradient product used to run in fp32 (an fp32
+    gradient times upcast hidden states: a third of the head's FLOPs); now all three products are bf16."""
+    from rlvr.core.logprobs import selective_log_softmax_and_entropy
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(12, 16, generator=g).bfloat16().requires_grad_()
+    w = torch.randn(50, 16, generator=g).bfloat16().requires_grad_()
+    t = torch.randint(0, 50, (12,), generator=g)
+    with DtypeAccount() as acc:
+        lp, _ = selective_log_softmax_and_entropy(h, w, None, t, chunk_size=5)
+        lp.sum().backward()
+    assert acc.summary()["matmul_flops"] == {"bfloat16": 3 * 2 * 12 * 16 * 50}
+    assert lp.dtype == torch.float32 and w.grad.dtype == torch.bfloat16

@@ -12,7 +12,9 @@ at least float32. Under autocast the weight and the hidden states are converted 
 convert the weight per chunk and again in the backward: issue 28's dtype account counted 2–9 conversions
 of the LM-head weight per micro-batch); the backward's two matmuls share one conversion of the logits'
 gradient. The values are those autocast gives (the same roundings, done once); gradients accumulate in
-float32. At temperature 1 the logits are not multiplied by ``1/T`` (exact: ``x · 1 = x``).
+float32. With bfloat16 inputs and no autocast (``bf16-pure``) all three matmuls run in bfloat16 too (the
+weight-gradient product used to upcast to float32). At temperature 1 the logits are not multiplied by ``1/T``
+(exact: ``x · 1 = x``).
 
 Speed: when all ``n × V`` log-probabilities of a call fit in ``keep_bytes`` (default 256 MiB: a training
 micro-batch of ≤ 1 024 completion tokens at a 49 k vocabulary), the forward keeps its chunks' ``log p`` for
