@@ -104,14 +104,14 @@ def test_engine_bf16_logprobs_are_the_bf16_models(tiny):
     assert out.logprobs == pytest.approx(want, abs=0.05)  # bf16 cached decode vs bf16 full forward
 
 
-def test_lm_head_backward_runs_under_the_forwards_autocast(monkeypatch):
+def test_lm_head_backward_runs_in_the_forwards_compute_dtype(monkeypatch):
     import rlvr.core.logprobs as lpmod
 
     seen = []
     orig = lpmod._chunk_logits
 
-    def spy(*a):
-        seen.append(torch.is_autocast_enabled("cpu"))
+    def spy(*a):  # (hidden, weight, ...): the operands of the chunk's matmul
+        seen.append(a[0].dtype == a[1].dtype == torch.bfloat16)
         return orig(*a)
 
     monkeypatch.setattr(lpmod, "_chunk_logits", spy)
@@ -128,7 +128,7 @@ def test_lm_head_backward_runs_under_the_forwards_autocast(monkeypatch):
                                                       keep_bytes=0)  # the recompute path
         assert lp.dtype == torch.float32
         lp.sum().backward()  # outside the autocast block, as loss.backward() usually is
-        assert seen == [enabled] * 6  # 3 chunks forward + 3 recomputed in backward, all under the same state
+        assert seen == [enabled] * 6  # 3 chunks forward + 3 recomputed in backward, all in the forward's dtype
         seen.clear()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
             kept, _ = selective_log_softmax_and_entropy(h, w, None, tgt, chunk_size=5, with_entropy=False)

@@ -7,8 +7,14 @@ log-sum-exp per token, and recomputes each chunk's logits during backward (the t
 linear-cross-entropy kernels: one extra ``[chunk, H] × [H, V]`` matmul per chunk, no ``[n, V]`` activations).
 
 Numerics: logits are computed in the input dtype (in bfloat16 under ``torch.autocast``) and the softmax in
-at least float32. Under autocast the backward's chunk matmuls run under the same autocast state as the
-forward's (as ``torch.amp.custom_bwd`` does, for any device type); gradients accumulate in float32.
+at least float32. Under autocast the weight and the hidden states are converted to the autocast dtype
+**once per call** and those copies serve every chunk's matmul, forward and backward (autocast itself would
+convert the weight per chunk and again in the backward: issue 28's dtype account counted 2–9 conversions
+of the LM-head weight per micro-batch); the backward's two matmuls share one conversion of the logits'
+gradient. The values are those autocast gives (the same roundings, done once); gradients accumulate in
+float32. With bfloat16 inputs and no autocast (``bf16-pure``) all three matmuls run in bfloat16 too (the
+weight-gradient product used to upcast to float32). At temperature 1 the logits are not multiplied by ``1/T``
+(exact: ``x · 1 = x``).
 
 Speed: when all ``n × V`` log-probabilities of a call fit in ``keep_bytes`` (default 256 MiB: a training
 micro-batch of ≤ 1 024 completion tokens at a 49 k vocabulary), the forward keeps its chunks' ``log p`` for
@@ -59,11 +65,19 @@ def entropy_from_logits(logits: torch.Tensor, *, temperature: float = 1.0) -> to
 
 
 def _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt):
-    """Fresh ``[c, V]`` tensor of scaled logits (callers may overwrite it in place)."""
+    """Fresh ``[c, V]`` tensor of scaled logits (callers may overwrite it in place); ``inv_temp`` None: all 1."""
     z = (hidden[s:e] @ weight.t()).to(dt)  # [c, V]; a new tensor, so the updates below can be in place
     if bias is not None:
         z.add_(bias)
-    return z.mul_(inv_temp[s:e, None])
+    return z if inv_temp is None else z.mul_(inv_temp[s:e, None])
+
+
+def _autocast_copy(t: torch.Tensor | None, device_type: str) -> torch.Tensor | None:
+    """``t`` in the autocast dtype when autocast is on for ``device_type`` and would cast it (floating, not
+    float64), else ``t`` itself: the one conversion the head's matmuls share (forward chunks and backward)."""
+    if t is None or not torch.is_autocast_enabled(device_type) or not t.is_floating_point() or t.dtype == torch.float64:
+        return t
+    return t.to(torch.get_autocast_dtype(device_type))
 
 
 class _ChunkedLMHeadLogProb(torch.autograd.Function):
@@ -73,6 +87,11 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad, keep_bytes):
         n = hidden.shape[0]
         dt = torch.promote_types(hidden.dtype, torch.float32)
+        dev = hidden.device.type
+        # under autocast: convert the weight and the hidden states once, for every chunk and the backward
+        # (autocast itself would convert them per chunk, and again in the backward)
+        h_c, w_c = _autocast_copy(hidden, dev), _autocast_copy(weight, dev)
+        scale = None if bool((inv_temp == 1).all()) else inv_temp  # temperature 1: no pass over [c, V]
         logp = torch.empty(n, dtype=dt, device=hidden.device)
         lse_all = torch.empty(n, dtype=dt, device=hidden.device)
         ent = torch.empty(n if with_entropy else 0, dtype=dt, device=hidden.device)
@@ -81,7 +100,7 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
         kept: list[torch.Tensor] = []
         for s in range(0, n, chunk_size):
             e = min(s + chunk_size, n)
-            z = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt)  # [c, V]
+            z = _chunk_logits(h_c, w_c, bias, scale, s, e, dt)  # [c, V]
             lse = torch.logsumexp(z, dim=-1)  # [c]
             lse_all[s:e] = lse
             logp[s:e] = z.gather(1, target[s:e, None]).squeeze(1) - lse
@@ -93,11 +112,11 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
                     kept.append(lp)
         ctx.kept = kept if keep else None
         ctx.chunk_size = chunk_size
-        dev = hidden.device.type
-        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        ctx.unit_temp = scale is None
         ctx.entropy_grad = bool(with_entropy and entropy_grad)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(hidden, weight, bias, target, inv_temp, lse_all, ent)
+        ctx.save_for_backward(h_c, w_c, bias, target, inv_temp, lse_all, ent)
         if not ctx.entropy_grad:
             ctx.mark_non_differentiable(ent)
         return logp, ent
@@ -105,20 +124,17 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_logp, g_ent):
-        dev, enabled, dtype = ctx.autocast
-        with torch.autocast(device_type=dev, dtype=dtype, enabled=enabled):
-            return _ChunkedLMHeadLogProb._backward(ctx, g_logp, g_ent)
-
-    @staticmethod
-    def _backward(ctx, g_logp, g_ent):
-        hidden, weight, bias, target, inv_temp, lse_all, ent = ctx.saved_tensors
+        """The forward's own operand dtypes (the converted copies under autocast), no autocast of its own:
+        every matmul here runs in the forward's compute dtype without converting anything again."""
+        h_c, w_c, bias, target, inv_temp, lse_all, ent = ctx.saved_tensors
         if not ctx.entropy_grad:
             g_ent = None
-        n = hidden.shape[0]
+        n = h_c.shape[0]
         dt = lse_all.dtype
+        h_dtype, w_dtype = ctx.dtypes
         need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        grad_h = torch.zeros_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=dt, device=weight.device) if need_w else None
+        grad_h = torch.zeros(h_c.shape, dtype=h_dtype, device=h_c.device) if need_h else None
+        grad_w = torch.zeros(w_c.shape, dtype=dt, device=w_c.device) if need_w else None
         grad_b = None
         if need_b and bias is not None:
             grad_b = torch.zeros(bias.shape, dtype=dt, device=bias.device)
@@ -126,12 +142,13 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
             ctx.kept = None
             return grad_h, grad_w, grad_b, None, None, None, None, None, None
         kept, ctx.kept = ctx.kept, None  # once_differentiable: the kept log p may be consumed in place
+        scale = None if ctx.unit_temp else inv_temp
         for j, s in enumerate(range(0, n, ctx.chunk_size)):
             e = min(s + ctx.chunk_size, n)
             if kept is not None:
                 lp = kept[j]  # [c, V] log p from the forward
             else:
-                lp = _chunk_logits(hidden, weight, bias, inv_temp, s, e, dt).sub_(lse_all[s:e, None])  # [c, V]
+                lp = _chunk_logits(h_c, w_c, bias, scale, s, e, dt).sub_(lse_all[s:e, None])  # [c, V]
             if g_ent is None:  # the common case, fused and in place: gz = (onehot − p) · g / T
                 coef = g_logp[s:e].to(dt) * inv_temp[s:e]  # [c]
                 gz = lp.exp_().mul_(-coef[:, None])
@@ -141,15 +158,15 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
                 gz = _grad_logits(lp, target[s:e], g_lp, g_ent[s:e], ent[s:e], inv_temp[s:e], dt)
             if kept is not None:
                 kept[j] = None  # free each chunk as soon as it is used
-            gzc = gz.to(hidden.dtype)
+            gzc = gz.to(h_c.dtype)  # one conversion for both matmuls (none in fp32)
             if need_h:
-                grad_h[s:e] = gzc @ weight
+                grad_h[s:e] = gzc @ w_c
             if need_w:
-                grad_w += gz.t() @ hidden[s:e].to(dt)
+                grad_w += gzc.t() @ h_c[s:e]
             if grad_b is not None:
                 grad_b += gz.sum(0)
         if grad_w is not None:
-            grad_w = grad_w.to(weight.dtype)
+            grad_w = grad_w.to(w_dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None, None

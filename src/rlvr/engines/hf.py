@@ -103,6 +103,9 @@ class HFEngine:
             When its ``generation_dtype`` is not the dtype of the model's floating-point parameters, the
             engine keeps a copy of the model with parameters in that dtype (buffers such as rotary
             frequencies untouched) and keeps it in sync (see :meth:`sync_weights`).
+        continuous: continuous batching (:mod:`rlvr.engines.continuous`): when rows finish, waiting
+            requests take their slots instead of waiting for the chunk's longest row. Greedy results are
+            the chunked loop's; seeded sampling is reproducible but draws differently (module docstring).
 
     Attributes:
         eos_token_ids: ``set[int]``.
@@ -125,6 +128,7 @@ class HFEngine:
         cache: str = "append",
         prune: bool = True,
         precision: Any = None,
+        continuous: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -136,6 +140,7 @@ class HFEngine:
         self.on_generated: Callable[[int], None] | None = None  # called with the rows of each finished chunk
         self.cache_kind = cache
         self.prune = prune
+        self.continuous = continuous
         if precision is None:
             from rlvr.precision import model_precision
 
@@ -272,6 +277,11 @@ class HFEngine:
         model.eval()
         try:
             with torch.inference_mode():
+                if self.continuous:
+                    from rlvr.engines.continuous import run_continuous
+
+                    run_continuous(self, requests, params, generator, results)
+                    return results  # type: ignore[return-value]
                 for chunk in self._plan(requests):
                     self._run_chunk(requests, chunk, params, generator, results)
                     if self.on_generated is not None:  # progress (rlvr.trainer): rows finished
@@ -313,14 +323,16 @@ class HFEngine:
         out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         return out.logits[:, -1, :]
 
-    def _run_chunk(
-        self,
-        requests: Sequence[GenerationRequest],
-        chunk: list[tuple[int, list[int]]],
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        results: list[list[Generation | None]],
-    ) -> None:
+    def _prefill(self, requests: Sequence[GenerationRequest], chunk: list[tuple[int, list[int]]],
+                 params: SamplingParams) -> tuple[Any, bool, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                  list[tuple[int, int]], torch.Tensor]:
+        """Prefill the contexts of ``chunk`` (left-padded, each context once) and give every sample its row.
+
+        Returns:
+            ``(cache, trimmable, logits [B, V], mask [B, W], lens [B] (CPU), owners, row_cap [B])``: one row
+            per (request, sample) in ``owners`` order; the cache holds ``W`` positions with capacity for
+            the chunk's longest cap.
+        """
         device = next(self._decode_model.parameters()).device
         contexts = [list(requests[i].context_ids) for i, _ in chunk]
         lens = torch.tensor([len(c) for c in contexts], dtype=torch.long)
@@ -335,8 +347,7 @@ class HFEngine:
         ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
 
         req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
-        steps = max(req_caps)  # the chunk decodes until its longest cap
-        cache, trimmable = _new_cache(self._decode_model.config, width + steps, self.cache_kind)
+        cache, trimmable = _new_cache(self._decode_model.config, width + max(req_caps), self.cache_kind)
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples
@@ -347,6 +358,19 @@ class HFEngine:
             expand = torch.repeat_interleave(torch.arange(r), counts).to(device)  # [B]
             cache.batch_select_indices(expand)
             logits, mask, lens = logits[expand], mask[expand], lens[expand.cpu()]
+        return cache, trimmable, logits, mask, lens, owners, row_cap
+
+    def _run_chunk(
+        self,
+        requests: Sequence[GenerationRequest],
+        chunk: list[tuple[int, list[int]]],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        results: list[list[Generation | None]],
+    ) -> None:
+        device = next(self._decode_model.parameters()).device
+        cache, trimmable, logits, mask, lens, owners, row_cap = self._prefill(requests, chunk, params)
+        steps = int(row_cap.max())  # the chunk decodes until its longest cap
         next_pos = lens.to(device)  # [B] position id of the token about to be fed
         alive = list(range(len(owners)))  # batch row → owner index
         toks: list[list[int]] = [[] for _ in owners]

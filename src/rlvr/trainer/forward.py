@@ -107,6 +107,9 @@ def _local_completion_logprobs(
     LM head's matmuls run under bf16 autocast (their backward too); the log-softmax, the entropy and the
     returned log-probs are float32 in every mode.
 
+    Device: the batch is on the CPU; the inputs go to the model's device (that of its LM-head weight) and
+    the returned ``[n, T]`` tensors are on the batch's device again (gradients flow back through the copy).
+
     Raises:
         ValueError: a row has an empty context (nothing to condition the first token on).
     """
@@ -117,26 +120,30 @@ def _local_completion_logprobs(
 
 
 def _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, entropy_grad, share_prompt):
+    # the batch lives on the CPU; the model's inputs go to its device (a no-op on the CPU) and the
+    # [n, T] results come back to the batch's device, where the loss is computed
+    weight, bias = lm_head_params(model)
+    dev = weight.device
     mask = batch.completion_mask > 0  # [n, T]
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
     if share_prompt and shares_context(batch) and not _warn_unshared(model):
         h = shared_context_hidden(model, batch, rows, cols, pad_token_id)  # [k, H]
     else:
         input_ids, attn, pred_pos = build_inputs(batch, pad_token_id)
-        hidden = model_forward_hidden(model, input_ids, attn)  # [n, L, H]
-        h = hidden[rows, pred_pos[rows, cols]]  # [k, H]
-    targets = batch.completion_ids[rows, cols]  # [k]
-    temps = batch.logprob_temperature.to(h.dtype)[rows]  # [k]
-    weight, bias = lm_head_params(model)
+        hidden = model_forward_hidden(model, input_ids.to(dev), attn.to(dev))  # [n, L, H]
+        h = hidden[rows.to(dev), pred_pos[rows, cols].to(dev)]  # [k, H]
+    targets = batch.completion_ids[rows, cols].to(dev)  # [k]
+    temps = batch.logprob_temperature.to(h.dtype)[rows].to(dev)  # [k]
     logp_sel, ent_sel = selective_log_softmax_and_entropy(
         h, weight, bias, targets, temperature=temps, chunk_size=chunk_size,
         with_entropy=with_entropy, entropy_grad=entropy_grad,
     )
+    out = mask.device
     logp = torch.zeros(mask.shape, dtype=logp_sel.dtype)
-    logp = logp.index_put((rows, cols), logp_sel)
+    logp = logp.index_put((rows, cols), logp_sel.to(out))
     entropy = None
     if ent_sel is not None:
-        entropy = torch.zeros(mask.shape, dtype=ent_sel.dtype).index_put((rows, cols), ent_sel)
+        entropy = torch.zeros(mask.shape, dtype=ent_sel.dtype).index_put((rows, cols), ent_sel.to(out))
     return logp, entropy
 
 
@@ -242,7 +249,8 @@ def shared_context_hidden(
     from transformers import DynamicCache
 
     base = decoder_of(model)
-    ctx = torch.as_tensor(batch.context_ids[0], dtype=torch.long)[None]  # [1, C]
+    dev = lm_head_params(model)[0].device  # the model's device (inputs built on the CPU go there)
+    ctx = torch.as_tensor(batch.context_ids[0], dtype=torch.long, device=dev)[None]  # [1, C]
     C = ctx.shape[1]
     out = base(input_ids=ctx, attention_mask=torch.ones_like(ctx), use_cache=True)
     kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]  # [1, heads, C, d] each
@@ -262,8 +270,8 @@ def shared_context_hidden(
         ids[batch.completion_mask[bucket, :w] <= 0] = pad_token_id
         cache = DynamicCache(ddp_cache_data=[(k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)) for k, v in kv],
                              config=getattr(model, "config", None))
-        pos = torch.arange(C, C + w, dtype=torch.long)[None].expand(m, w)
-        h = base(input_ids=ids, position_ids=pos, use_cache=True, **{cache_kw: cache}).last_hidden_state
+        pos = torch.arange(C, C + w, dtype=torch.long, device=dev)[None].expand(m, w)
+        h = base(input_ids=ids.to(dev), position_ids=pos, use_cache=True, **{cache_kw: cache}).last_hidden_state
         pieces.append(h.reshape(m * w, H))
         for r, i in enumerate(bucket):
             offset[i] = pos_total + r * w
@@ -273,8 +281,8 @@ def shared_context_hidden(
         return h_first[None].expand(len(rows), H)
     h_at = torch.cat(pieces, dim=0)  # [Σ m·w, H]
     idx = (offset[rows] + (cols - 1).clamp(min=0)).clamp(max=h_at.shape[0] - 1)  # cols == 0: replaced below
-    h = h_at[idx]  # [k, H]
-    return torch.where((cols == 0)[:, None], h_first[None].expand_as(h), h)
+    h = h_at[idx.to(dev)]  # [k, H]
+    return torch.where((cols == 0).to(dev)[:, None], h_first[None].expand_as(h), h)
 
 
 def _cache_kwarg(decoder: Any) -> str:
