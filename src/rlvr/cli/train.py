@@ -59,13 +59,15 @@ def _resume_target(cfg, mode: str):
     return ckpt
 
 
-def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
-    """Refuse an output dir that is a file, unwritable, or already holds a run (unless ``--resume``
-    or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs before the model
-    loads.
+def _prepare_output_dir(cfg, args: argparse.Namespace, lock=None) -> Path:
+    """Refuse an output dir that is a file, unwritable, in use by another trainer, or already holds a run
+    (unless ``--resume`` or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs
+    before the model loads. ``lock`` (a :class:`~rlvr.trainer.run_lock.RunDirLock`) is taken once the
+    folder is known to be writable and before anything in it is deleted, and stays held.
 
     Raises:
-        OutputDirError: see above (exit 2); the message names the folder and the ways out.
+        OutputDirError: see above (exit 2); the message names the folder and the ways out (for a
+            folder in use: the other trainer's pid and host).
     """
     from rlvr.errors import OutputDirError
     from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
@@ -73,6 +75,9 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
     out = Path(cfg.logging.output_dir)
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
+    check_writable_dir(out)
+    if lock is not None:
+        lock.acquire()
     old = run_artefacts(out)
     if old and args.overwrite:
         remove_run_artefacts(out)
@@ -83,7 +88,7 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
             f"start over with --overwrite (deletes those training files, nothing else), or choose another "
             f"logging.output_dir."
         )
-    return check_writable_dir(out)
+    return out
 
 
 def _resume_command(argv: Sequence[str]) -> str:
@@ -111,9 +116,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
                              f"{cfg.logging.output_dir} (--resume) or delete it and start over (--overwrite)")
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    owner = int(os.environ.get("RANK", "0")) == 0 or not launched  # one rank owns the output dir
+    from rlvr.trainer.run_lock import RunDirLock
+
+    lock = RunDirLock(cfg.logging.output_dir)
+    try:
+        return _checked_start(cfg, args, launched, owner, lock)
+    finally:
+        lock.release()
+
+
+def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, lock) -> int:
+    """:func:`cmd_train` from the ``--resume`` target on: every check that needs no model, then the run.
+
+    ``lock`` is taken before the output dir is changed in any way (tidied for ``--resume``, emptied by
+    ``--overwrite``). A start that fails before its first step in a folder that held no run leaves
+    nothing that would refuse the next start (:func:`~rlvr.trainer.run_dir.forget_failed_start`).
+    """
     if args.resume and not launched:  # one process owns the dir: tidy first, so a checkpoint put back is resumed
         from rlvr.trainer.run_dir import clean_stale_temporaries
 
+        if Path(cfg.logging.output_dir).is_dir():
+            lock.acquire()  # before tidying: a running trainer's staging folders are not leftovers
         clean_stale_temporaries(cfg.logging.output_dir, log=lambda m: print(m, file=sys.stderr))
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.distributed import init_distributed, shutdown
@@ -126,14 +150,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.trainer.rollout import check_filter_metric
 
     task = build_task(cfg.task)
-    task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    if not task.problems("train"):  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+        from rlvr.errors import DataError
+
+        raise DataError(f"task {cfg.task.type}: no training problems (task.train_size={cfg.task.train_size})")
     check_filter_metric(cfg, task)
     check_engine_config(cfg)
     from rlvr.models import check_model_path
 
     check_model_path(cfg.model)  # a mistyped model path must not cost the run --overwrite would delete
-    if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
-        _prepare_output_dir(cfg, args)
+    fresh = False
+    if owner:
+        from rlvr.trainer.run_dir import run_artefacts
+
+        _prepare_output_dir(cfg, args, lock)
+        fresh = not run_artefacts(cfg.logging.output_dir)
     try:
         env = init_distributed(cfg.device, backend=cfg.distributed.backend, timeout_s=cfg.distributed.timeout_s,
                                num_threads=cfg.distributed.num_threads)
@@ -141,6 +172,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     try:
         return _train(cfg, local_cfg, ckpt, env, task, args)
+    except BaseException:
+        if fresh:
+            from rlvr.trainer.run_dir import forget_failed_start
+
+            forget_failed_start(cfg.logging.output_dir)
+        raise
     finally:
         shutdown()
 
@@ -159,9 +196,6 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     main_rank = env.rank == 0
     model, tokenizer = load_policy(cfg.model)
     out = Path(cfg.logging.output_dir)
-    if main_rank:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
     dp = None
     if env.distributed:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -184,6 +218,9 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
             from rlvr.trainer.logger import _drop_rows_after
 
             _drop_rows_after(out / "metrics.jsonl", 0)
+        if main_rank:  # every start-up check has passed (model, tokenizer, trainer, resume): the run begins
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
         try:
             last = trainer.train()
         except RunInterrupted as exc:
