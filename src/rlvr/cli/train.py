@@ -24,8 +24,9 @@ def _resume_target(cfg, mode: str):
     (``task.path``, ``task.eval_path``) must match the current ones.
 
     Raises:
-        ConfigError: the folder is not a checkpoint or is damaged, or the config or data changed
-            (every difference is named, old -> new).
+        ConfigError: the folder is not a checkpoint or is damaged (checksums, :mod:`rlvr.trainer.checksums`),
+            every ``checkpoint-N`` of ``auto``/``force`` is, the checkpoint holds a LoRA adapter for a
+            full-model run or the reverse, or the config or data changed (every difference is named, old -> new).
     """
     from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
     from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
@@ -35,9 +36,14 @@ def _resume_target(cfg, mode: str):
         ckpt, skipped = find_resumable(out)
         for bad, problems in skipped:
             print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
+        if ckpt is None and skipped:  # starting over would drop the metrics of steps a checkpoint once held
+            raise ConfigError(
+                f"--resume: none of the {plural(len(skipped), 'checkpoint')} in {out} is usable (each is named above "
+                f"with what is damaged): restore one from a backup, resume a chosen one with --resume PATH, or "
+                f"start over with --overwrite")
         if ckpt is None:
             refuse_restart_of_finished_run(out)
-            print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
+            print(f"rlvr: no checkpoint in {out}; starting from scratch", file=sys.stderr)
             return None
         if skipped:
             print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
@@ -48,6 +54,7 @@ def _resume_target(cfg, mode: str):
         problems = checkpoint_problems(ckpt)
         if problems:
             raise ConfigError(f"--resume {mode}: the checkpoint is incomplete or corrupt:\n  " + "\n  ".join(problems))
+    _check_checkpoint_kind(ckpt, cfg)
     if mode != "force":
         saved = json.loads((ckpt / STATE_FILE).read_text())
         changed = resume_differences(saved, cfg)
@@ -57,6 +64,26 @@ def _resume_target(cfg, mode: str):
                 + "\n  ".join(changed) + "\nUse --resume force to continue anyway."
             )
     return ckpt
+
+
+def _check_checkpoint_kind(ckpt: Path, cfg) -> None:
+    """A LoRA checkpoint cannot resume a full-model run, nor a full one a LoRA run (``--resume force``
+    skips the config comparison that would name ``model.lora.r``): one line, before the model loads.
+
+    Raises:
+        ConfigError: naming the checkpoint, what it holds and what the run trains.
+    """
+    from rlvr.lora import is_adapter_folder
+    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint
+
+    if is_distributed_checkpoint(ckpt):
+        return
+    adapter, lora_run = is_adapter_folder(ckpt), cfg.model.lora.r > 0
+    if adapter != lora_run:
+        held = "a LoRA adapter" if adapter else "a full model (no adapter_config.json)"
+        run = f"a LoRA adapter (model.lora.r={cfg.model.lora.r})" if lora_run else "the full model (model.lora.r=0)"
+        raise ConfigError(f"--resume: checkpoint {ckpt} holds {held}, but this run trains {run}: resume with the "
+                          "model.lora.* settings it was written with, or start a new run")
 
 
 def _prepare_output_dir(cfg, args: argparse.Namespace, lock=None) -> Path:

@@ -182,10 +182,12 @@ def _distributed_problems(p: Path, state: dict) -> list[str]:
 def checkpoint_problems(path: str | Path) -> list[str]:
     """What makes ``path`` an unusable checkpoint: empty when it looks whole.
 
-    Checks, without loading tensors: the ``.complete`` marker; ``trainer_state.json`` parses; the
+    Checks the structure first: the ``.complete`` marker; ``trainer_state.json`` parses; the
     optimizer and scheduler files exist and are whole zip archives (``torch.save``'s format); every
     ``*.safetensors`` file is as long as its header declares; the files the state refers to
-    (pending batch, schedule tensors, carry) exist; every ``*.json`` parses.
+    (pending batch, schedule tensors, carry) exist; every ``*.json`` parses. Then, when all that holds,
+    the bytes: every file against the ``checksums.sha256`` written at save time, or for an older
+    checkpoint without one the zip CRCs and finite weights (:mod:`rlvr.trainer.checksums`).
 
     Returns:
         one line per problem, each naming the file, e.g. ``"model.safetensors: truncated (10 of 99 bytes)"``.
@@ -237,6 +239,11 @@ def checkpoint_problems(path: str | Path) -> list[str]:
             json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             problems.append(f"{f.name}: corrupt JSON ({exc})")
+    if not problems:  # whole in structure: now the bytes (rlvr.trainer.checksums)
+        from rlvr.trainer.checksums import checksum_problems, legacy_content_problems
+
+        damaged = checksum_problems(p)
+        problems += legacy_content_problems(p) if damaged is None else damaged
     return problems
 
 
