@@ -447,6 +447,9 @@ def format_validation_error(exc: ValidationError) -> str:
             lines.append(msg)
         elif isinstance(got, (dict, list)):
             lines.append(f"{key}: {msg}")
+        elif err["type"] == "string_type" and isinstance(got, (bool, int, float)):  # YAML read `no`, `1.10` as such
+            lines.append(f"{key}: {msg} (got {got!r}: YAML reads an unquoted no/yes/on/off, 1.10 or 007 as a "
+                         f"{type(got).__name__}; put the value in quotes)")
         else:
             lines.append(f"{key}: {msg} (got {got!r})")
     return "invalid configuration:\n  " + "\n  ".join(lines)

@@ -9,9 +9,11 @@ before anything in the folder is touched refuses the second process with the hol
 Why ``flock`` and not a pid file: the kernel releases an ``flock`` when its holder dies (also on
 ``kill -9`` or an out-of-memory kill), so a lock file left behind by a dead run never blocks the next
 one, and no pid has to be probed for liveness (pids are reused; another host's pids cannot be probed at
-all). The pid and host written into the file only serve the message. The file is never deleted: deleting
-a lock file while another process waits on it would let two processes hold "the" lock at once. On
-network file systems ``flock`` is as reliable as the server's lock support (NFSv4: yes).
+all). The pid and host written into the file only serve the message. The holder removes the file before
+it lets go of the lock, and a process that took the lock checks that the file it locked is still the
+one at the path (else it tries again), so removing it cannot let two processes hold the lock at once
+(the usual lock-file protocol); a killed holder's file stays behind, unlocked, and is reused. On network
+file systems ``flock`` is as reliable as the server's lock support (NFSv4: yes).
 
 Not locked: ``rlvr eval`` into a run dir (it writes only its own ``eval_*.json`` and may run next to the
 trainer, e.g. to score a checkpoint while the run goes on), ``rlvr plot`` and ``rlvr export`` (readers).
@@ -19,6 +21,7 @@ trainer, e.g. to score a checkpoint while the run goes on), ``rlvr plot`` and ``
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,6 +32,15 @@ from pathlib import Path
 from rlvr.errors import OutputDirError
 
 LOCK_FILE = ".rlvr-train.lock"
+
+
+def _same_file(fh, path: Path) -> bool:
+    """Whether the open file ``fh`` is still the file at ``path`` (not removed or replaced since it was opened)."""
+    try:
+        a, b = os.fstat(fh.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _holder(fh) -> str:
@@ -44,6 +56,8 @@ def _holder(fh) -> str:
 
 class RunDirLock:
     """An exclusive, non-blocking ``flock`` on ``output_dir/.rlvr-train.lock`` (see the module docstring).
+    Interpretation: the lock-file protocol of ``flock(1)`` users and of the ``filelock`` package, with the
+    holder's identity written into the file for the refusal message.
 
     Use as ``with RunDirLock(out): ...`` or :meth:`acquire` / :meth:`release`. Acquiring twice is a no-op.
 
@@ -70,21 +84,29 @@ class RunDirLock:
         if self._fh is not None:
             return self
         self.dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (kept open: the lock lives with it)
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            who = _holder(fh)
-            fh.close()
-            raise OutputDirError(
-                f"logging.output_dir {self.dir} is in use: an rlvr train is running there, {who}. Two trainers in "
-                f"one folder would mix their metrics and overwrite each other's checkpoints, and --overwrite or "
-                f"--resume would delete or mix the running one's files: wait for it to finish or stop it, or "
-                f"choose another logging.output_dir"
-            ) from None
-        except OSError:
-            fh.close()
-            raise
+        while True:
+            try:
+                fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (kept open: the lock lives with it)
+            except OSError as exc:
+                raise OutputDirError(f"logging.output_dir={str(self.dir)!r} is not writable (its lock file "
+                                     f"{LOCK_FILE} cannot be made): {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                who = _holder(fh)
+                fh.close()
+                raise OutputDirError(
+                    f"logging.output_dir {self.dir} is in use: an rlvr train is running there, {who}. Two trainers "
+                    f"in one folder would mix their metrics and overwrite each other's checkpoints, and --overwrite "
+                    f"or --resume would delete or mix the running one's files: wait for it to finish or stop it, or "
+                    f"choose another logging.output_dir"
+                ) from None
+            except OSError:
+                fh.close()
+                raise
+            if _same_file(fh, self.path):
+                break
+            fh.close()  # the holder released and removed the file between our open and flock: take the new one
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
@@ -93,9 +115,11 @@ class RunDirLock:
         return self
 
     def release(self) -> None:
-        """Release the lock (the file stays; see the module docstring)."""
+        """Remove the lock file (still holding the lock, so nobody else holds this file) and release it."""
         if self._fh is not None:
             try:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
                 fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             finally:
                 self._fh.close()
