@@ -20,9 +20,12 @@ def _check_out(out: Path) -> None:
         raise OutputDirError(f"--out {out}: is a symbolic link (to {out.resolve()}): give that folder itself")
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out}: is a file, not a folder (nothing is overwritten)")
-    check_writable_dir(out.parent, key="--out (its parent folder)")
-    if out.is_dir():
-        check_writable_dir(out, key="--out")
+    try:
+        check_writable_dir(out.parent, key="its parent folder")
+        if out.is_dir():
+            check_writable_dir(out, key="the folder")
+    except OutputDirError as exc:
+        raise OutputDirError(f"--out {out}: {exc}") from None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
