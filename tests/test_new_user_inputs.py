@@ -20,21 +20,9 @@ import pytest
 import rlvr
 from rlvr import cli
 
-from cli_fixtures import TINY, train_tiny
+from cli_fixtures import TINY, no_model_loads, train_tiny  # noqa: F401 (no_model_loads: a fixture)
 
 SRC = str(Path(rlvr.__file__).resolve().parents[1])
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import rlvr.lora
-    import rlvr.models
-
-    def fail(*a, **k):
-        pytest.fail("a model was loaded before the bad input was reported")
-
-    monkeypatch.setattr(rlvr.models, "load_policy", fail)
-    monkeypatch.setattr(rlvr.lora, "load_adapter_policy", fail)
 
 
 def _rlvr_lines(err: str) -> list[str]:

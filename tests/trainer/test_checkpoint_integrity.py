@@ -19,7 +19,7 @@ from rlvr.errors import ConfigError
 from rlvr.trainer.checksums import CHECKSUM_FILE, write_checksums
 from rlvr.trainer.run_dir import find_resumable
 
-from cli_fixtures import TINY
+from cli_fixtures import TINY, no_model_loads  # noqa: F401 (a fixture)
 
 RUN = [*TINY, "save_steps=1"]
 
@@ -37,13 +37,6 @@ def run(trained, tmp_path):
     dst = tmp_path / "run"
     shutil.copytree(trained, dst)
     return dst
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import rlvr.models
-
-    monkeypatch.setattr(rlvr.models, "load_policy", lambda *a, **k: pytest.fail("a model was loaded"))
 
 
 def _flip(path, at=None):
