@@ -155,11 +155,16 @@ def test_wandb_without_a_key_is_refused_before_loading_and_leaves_no_config(tmp_
         monkeypatch.delenv(k, raising=False)
     (tmp_path / "netrc").write_text("")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # no settings file with a key
     code = train_tiny(tmp_path, "logging.report_to=[wandb]")
     err = capsys.readouterr().err
     assert code == 2, err
     assert "no W&B API key" in err and "WANDB_MODE=offline" in err
     assert not (tmp_path / "run" / "config.yaml").exists()
+    from rlvr.loggers import check_report_to
+
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password 0123456789abcdef\n")  # `wandb login`
+    check_report_to(["wandb"])  # a key found: accepted
 
 
 def test_a_start_that_fails_after_loading_does_not_block_the_next_start(tmp_path, capsys, monkeypatch):

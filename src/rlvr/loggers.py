@@ -82,7 +82,8 @@ def _wandb_can_log_in() -> bool:
     """Whether ``wandb.init`` will find credentials, checked without importing wandb (seconds) or the network.
 
     Interpretation of where wandb looks (its docs, "wandb login"): ``WANDB_API_KEY``, then the netrc file
-    (``NETRC`` or ``~/.netrc``) entry for the ``WANDB_BASE_URL`` host; ``WANDB_MODE=offline`` / ``disabled``
+    (``NETRC``, else ``~/.netrc`` or ``~/_netrc``) entry for the ``WANDB_BASE_URL`` host, then an ``api_key`` in
+    the global settings file (``WANDB_CONFIG_DIR/settings``); ``WANDB_MODE=offline`` / ``disabled``
     (and ``dryrun``) need no key, nor does an identity-token file (``WANDB_IDENTITY_TOKEN_FILE``).
     """
     import netrc
@@ -91,12 +92,22 @@ def _wandb_can_log_in() -> bool:
         return True
     if os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or os.environ.get("WANDB_DISABLED", "").lower() in ("true", "1"):
         return True
-    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
-    try:
-        entry = netrc.netrc(path).authenticators(_wandb_host())
-    except (OSError, netrc.NetrcParseError):
-        return False
-    return bool(entry and entry[2])
+    config_dir = os.environ.get("WANDB_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "wandb")
+    try:  # the global settings file may carry api_key too
+        if "api_key" in Path(config_dir, "settings").read_text(encoding="utf-8", errors="replace"):
+            return True
+    except OSError:
+        pass
+    home = os.path.expanduser("~")
+    paths = [os.environ["NETRC"]] if os.environ.get("NETRC") else [os.path.join(home, ".netrc"), os.path.join(home, "_netrc")]
+    for path in paths:
+        try:
+            entry = netrc.netrc(path).authenticators(_wandb_host())
+        except (OSError, netrc.NetrcParseError):
+            continue
+        if entry and entry[2]:
+            return True
+    return False
 
 
 class Tracker(Protocol):
