@@ -45,7 +45,7 @@ def test_data_row_missing_a_field_exits_2_naming_file_and_row(tmp_path, capsys, 
 
 
 def test_missing_model_path_is_a_clear_fast_error(tmp_path, capsys):
-    f = _jsonl(tmp_path / "d.jsonl", [{"question": "1+1?", "answer": "#### 2"}] * 4)
+    f = _jsonl(tmp_path / "d.jsonl", [{"question": f"{i}+1?", "answer": f"#### {i + 1}"} for i in range(4)])
     missing = tmp_path / "no_such_model_dir"
     t = time.perf_counter()
     code = cli.main(["train", "task.type=jsonl", f"task.path={f}", "task.eval_size=1",

@@ -8,22 +8,9 @@ import pytest
 
 from rlvr import cli
 
-from cli_fixtures import TINY
+from cli_fixtures import TINY, no_model_loads  # noqa: F401 (a fixture)
 
 NO_TINY = [a for a in TINY if not a.startswith("model.name_or_path=")]
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import rlvr.lora
-    import rlvr.models
-
-    def fail(*a, **k):
-        pytest.fail("a model was loaded before the bad input was reported")
-
-    monkeypatch.setattr(rlvr.models, "load_policy", fail)
-    monkeypatch.setattr(rlvr.lora, "load_checkpoint_policy", fail)
-    monkeypatch.setattr(rlvr.lora, "load_adapter_policy", fail)
 
 
 def _cases(d):

@@ -34,6 +34,7 @@ from rlvr.config_sections import (
     _Strict,
 )
 from rlvr.errors import ConfigError
+from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 
@@ -446,6 +447,9 @@ def format_validation_error(exc: ValidationError) -> str:
             lines.append(msg)
         elif isinstance(got, (dict, list)):
             lines.append(f"{key}: {msg}")
+        elif err["type"] == "string_type" and isinstance(got, (bool, int, float)):  # YAML read `no`, `1.10` as such
+            lines.append(f"{key}: {msg} (got {got!r}: YAML reads an unquoted no/yes/on/off, 1.10 or 007 as a "
+                         f"{type(got).__name__}; put the value in quotes)")
         else:
             lines.append(f"{key}: {msg} (got {got!r})")
     return "invalid configuration:\n  " + "\n  ".join(lines)
@@ -524,8 +528,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read one YAML mapping; a bare recipe name (``grpo``) is looked up in ``rlvr/recipes/``.
 
     Raises:
-        ConfigError: the file does not exist, is a folder, is not valid YAML (or not UTF-8), repeats
-            a key, or is not a mapping.
+        ConfigError: the file does not exist, is a folder or anything else that is not a regular file
+            (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.file_kinds.CONFIG_MAX_BYTES`, is not
+            valid YAML (or not UTF-8), repeats a key, or is not a mapping.
     """
     p = Path(path)
     if not p.exists() and not p.suffix and (RECIPES_DIR / f"{path}.yaml").exists():
@@ -533,10 +538,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         known = ", ".join(sorted(x.stem for x in RECIPES_DIR.glob("*.yaml")))
         raise ConfigError(f"config file {str(path)!r} not found (built-in recipes: {known})")
-    if p.is_dir():
+    why = not_regular_file(p)
+    if why == "is a directory":
         raise ConfigError(f"config file {str(p)!r} is a directory (expected a YAML file)")
+    if why:
+        raise ConfigError(f"config file {str(p)!r} {why}: expected a regular YAML file")
+    raw = read_capped(p, CONFIG_MAX_BYTES)
+    if raw is None:
+        raise ConfigError(f"config file {str(p)!r} is larger than {CONFIG_MAX_BYTES // 1024} KiB: not a "
+                          "config (rlvr's recipes are a few KiB)")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}): expected a YAML file") from None
     data = safe_load_unique(text, p) or {}

@@ -22,6 +22,36 @@ class _Strict(BaseModel):
     # on non-finite weights); every "no limit" knob has its own spelling (0 or null)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, v: Any, info: Any) -> Any:
+        """Refuse a boolean for a number-only key (pydantic's lax mode reads ``true`` as 1: ``max_steps:
+        yes`` used to train 1 step and ``learning_rate=true`` at 1.0; YAML 1.1 reads yes/no/on/off as
+        booleans). Interpretation (issue 25, "values of the wrong type that YAML coerces")."""
+        if isinstance(v, bool) and _numeric_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, got the boolean {str(v).lower()} (YAML reads true/false, "
+                             "yes/no and on/off as booleans)")
+        return v
+
+
+def _numeric_only(annotation: Any) -> bool:
+    """Whether a field's type admits numbers but not booleans (``int``, ``float | None``, ...)."""
+    import typing
+
+    seen: set[Any] = set()
+
+    def walk(t: Any) -> None:
+        if t in seen:
+            return
+        seen.add(t)
+        for a in typing.get_args(t):
+            walk(a)
+
+    walk(annotation)
+    if bool in seen or Any in seen:
+        return False
+    return bool({int, float} & seen)
+
 
 LORA_INIT_CHOICES = ("true", "false", "gaussian")
 

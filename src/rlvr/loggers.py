@@ -52,10 +52,12 @@ def _installed(module: str) -> bool:
 
 
 def check_report_to(report_to: list[str]) -> None:
-    """Fail fast when a listed tracker's package is not installed.
+    """Fail fast when a listed tracker's package is not installed, or W&B has no credentials (issue 25,
+    item 4.7: ``wandb.init`` used to fail only after the model had loaded).
 
     Raises:
-        ConfigError: names the tracker, the ``logging.report_to`` key and the extra to install.
+        ConfigError: names the tracker, the ``logging.report_to`` key and the extra to install (or,
+            for W&B, where a key is looked for and how to give one).
     """
     for name in report_to:
         if name in OPTIONAL and not _installed(OPTIONAL[name][0]):
@@ -64,6 +66,48 @@ def check_report_to(report_to: list[str]) -> None:
                 f"logging.report_to includes {name!r} but the {module!r} package is not installed: "
                 f"pip install '{extra}' (or: pip install {spec}), or remove {name} from logging.report_to"
             )
+        if name == "wandb" and not _wandb_can_log_in():
+            raise ConfigError(
+                "logging.report_to includes 'wandb' but no W&B API key was found (WANDB_API_KEY, or a "
+                f"{_wandb_host()} entry in ~/.netrc from `wandb login`): run `wandb login`, set WANDB_API_KEY, "
+                "set WANDB_MODE=offline to log locally, or remove wandb from logging.report_to"
+            )
+
+
+def _wandb_host() -> str:
+    return urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+
+
+def _wandb_can_log_in() -> bool:
+    """Whether ``wandb.init`` will find credentials, checked without importing wandb (seconds) or the network.
+
+    Interpretation of where wandb looks (its docs, "wandb login"): ``WANDB_API_KEY``, then the netrc file
+    (``NETRC``, else ``~/.netrc`` or ``~/_netrc``) entry for the ``WANDB_BASE_URL`` host, then an ``api_key`` in
+    the global settings file (``WANDB_CONFIG_DIR/settings``); ``WANDB_MODE=offline`` / ``disabled``
+    (and ``dryrun``) need no key, nor does an identity-token file (``WANDB_IDENTITY_TOKEN_FILE``).
+    """
+    import netrc
+
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return True
+    if os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or os.environ.get("WANDB_DISABLED", "").lower() in ("true", "1"):
+        return True
+    config_dir = os.environ.get("WANDB_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "wandb")
+    try:  # the global settings file may carry api_key too
+        if "api_key" in Path(config_dir, "settings").read_text(encoding="utf-8", errors="replace"):
+            return True
+    except OSError:
+        pass
+    home = os.path.expanduser("~")
+    paths = [os.environ["NETRC"]] if os.environ.get("NETRC") else [os.path.join(home, ".netrc"), os.path.join(home, "_netrc")]
+    for path in paths:
+        try:
+            entry = netrc.netrc(path).authenticators(_wandb_host())
+        except (OSError, netrc.NetrcParseError):
+            continue
+        if entry and entry[2]:
+            return True
+    return False
 
 
 class Tracker(Protocol):

@@ -330,7 +330,8 @@ def load_adapter_weights(model: Any, folder: str | Path) -> None:
     """Load ``folder/adapter_model.safetensors`` into ``model``'s adapters (resume).
 
     Raises:
-        RuntimeError: the folder's adapter tensors do not match the model's (names listed).
+        ConfigError: the folder's adapter tensors do not match the model's: other names (listed) or other
+            shapes (another base architecture or rank; counted, the first named) (exit 2).
         FileNotFoundError: no adapter weights in ``folder``.
     """
     from safetensors.torch import load_file
@@ -340,11 +341,18 @@ def load_adapter_weights(model: Any, folder: str | Path) -> None:
     if not f.is_file():
         raise FileNotFoundError(f"{folder}: no {ADAPTER_WEIGHTS} (not a LoRA checkpoint?)")
     saved = load_file(str(f))
-    want = set(peft.get_peft_model_state_dict(model))
+    want_sd = peft.get_peft_model_state_dict(model)
+    want = set(want_sd)
     missing, unexpected = sorted(want - set(saved)), sorted(set(saved) - want)
     if missing or unexpected:
-        raise RuntimeError(f"adapter in {folder} does not match the model's LoRA layers (model.lora.* changed?): "
-                           f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ConfigError(f"--resume: the adapter in {folder} does not match the model's LoRA layers (model.lora.* "
+                          f"or model.name_or_path changed?): missing {missing[:5]}, unexpected {unexpected[:5]}")
+    wrong = [k for k in sorted(want) if tuple(saved[k].shape) != tuple(want_sd[k].shape)]
+    if wrong:  # another base architecture or rank: one line, not one size mismatch per tensor
+        k = wrong[0]
+        raise ConfigError(f"--resume: the adapter in {folder} was trained on another base model or LoRA rank: "
+                          f"{len(wrong)} of {len(want)} adapter tensors differ in shape, e.g. {k!r} "
+                          f"(checkpoint {list(saved[k].shape)}, this run {list(want_sd[k].shape)})")
     peft.set_peft_model_state_dict(model, saved)
 
 

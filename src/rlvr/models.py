@@ -155,7 +155,8 @@ def check_model_path(cfg: ModelConfig) -> None:
 
     Raises:
         ModelPathError: naming the key, the path and what it resolved to (a ``ConfigError``: exit 2); also a
-            folder without ``config.json`` (unless ``model.gguf_file`` names a file in it).
+            folder without ``config.json`` (unless ``model.gguf_file`` names a file in it), and a name that is
+            no valid hub id (``huggingface_hub``'s ``validate_repo_id``: spaces, a leading ``-``, ...).
     """
     name = cfg.name_or_path.strip()
     if name in ("default", "tiny") or name.startswith("tiny:") or name.split(":", 1)[0] in MODEL_SOURCES:
@@ -178,6 +179,15 @@ def check_model_path(cfg: ModelConfig) -> None:
             f"model.name_or_path: path {name!r} does not exist (resolved to {str(path.resolve())!r}); "
             "give an existing folder or .gguf file, 'default', or a Hugging Face hub id like org/name"
         )
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:  # a name no hub repo can have ('foo bar', '-x'): exit 2 now, not exit 1 after the hub was asked
+        validate_repo_id(name)
+    except HFValidationError as exc:
+        raise ModelPathError(
+            f"model.name_or_path {name!r} is no existing path, registered model source ({', '.join(MODEL_SOURCES.keys())}) "
+            f"or possible Hugging Face hub id ({exc})"
+        ) from None
 
 
 def enable_gradient_checkpointing(model: Any) -> None:

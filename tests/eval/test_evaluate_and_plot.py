@@ -44,5 +44,7 @@ def test_plot_writes_png_and_skips_torn_line(tmp_path):
 
 def test_plot_without_known_metrics_errors(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "other": 1}) + "\n")
-    with pytest.raises(ValueError, match="none of the metrics"):
+    from rlvr.errors import DataError
+
+    with pytest.raises(DataError, match="none of the metrics"):  # exit 2 in the CLI, not a traceback
         plot_run(tmp_path)

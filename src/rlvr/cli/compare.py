@@ -56,18 +56,26 @@ def _compare_spec(args: argparse.Namespace):
     return spec
 
 
-def _check_model_paths(spec) -> None:
+def _check_arms(spec) -> None:
     """Refuse, before any run starts, an arm whose ``model.name_or_path`` names no model (a run would
-    otherwise fail alone, leave ``error.txt`` and let the comparison end with exit 0).
+    otherwise fail alone, leave ``error.txt`` and let the comparison end with exit 0), or a rollout
+    budget below one generation round of an arm (``generation_batch_size`` rollouts: the arm could not
+    take a single step and its "result" would be the untrained model's, issue 25 item 4.4).
 
     Raises:
-        ConfigError: naming the arm, the key and the path.
+        ConfigError: naming the arm, the key and the path, or the budget and its minimum.
     """
     from rlvr.models import check_model_path
 
     seed = spec.seeds[0]
     for arm in spec.arms:
         cfg = spec.run_config(arm, seed, Path(spec.output_dir) / arm.name / f"seed{seed}")
+        b = spec.budget
+        if b.kind == "rollouts" and b.amount < cfg.generation_batch_size:
+            raise ConfigError(
+                f"compare budget rollouts={b.amount} is below one generation round of arm {arm.name!r} "
+                f"(generation_batch_size={cfg.generation_batch_size} rollouts), so no arm would take a step: "
+                f"the minimum is rollouts={cfg.generation_batch_size}")
         try:
             check_model_path(cfg.model)
         except ConfigError as exc:
@@ -85,7 +93,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         if args.stop_after is not None and args.jobs > 1:
             raise ConfigError("rlvr compare --stop-after needs --jobs 1 (one run at a time is checkpointed)")
-        _check_model_paths(spec)
+        _check_arms(spec)
         run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs,
                     stop_after_s=args.stop_after)
         path = Path(spec.output_dir) / "report.md"

@@ -24,8 +24,9 @@ def _resume_target(cfg, mode: str):
     (``task.path``, ``task.eval_path``) must match the current ones.
 
     Raises:
-        ConfigError: the folder is not a checkpoint or is damaged, or the config or data changed
-            (every difference is named, old -> new).
+        ConfigError: the folder is not a checkpoint or is damaged (checksums, :mod:`rlvr.trainer.checksums`),
+            every ``checkpoint-N`` of ``auto``/``force`` is, the checkpoint holds a LoRA adapter for a
+            full-model run or the reverse, or the config or data changed (every difference is named, old -> new).
     """
     from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
     from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
@@ -35,9 +36,14 @@ def _resume_target(cfg, mode: str):
         ckpt, skipped = find_resumable(out)
         for bad, problems in skipped:
             print(f"rlvr: skipping {bad}: incomplete or corrupt ({'; '.join(problems)})", file=sys.stderr)
+        if ckpt is None and skipped:  # starting over would drop the metrics of steps a checkpoint once held
+            raise ConfigError(
+                f"--resume: none of the {plural(len(skipped), 'checkpoint')} in {out} is usable (each is named above "
+                f"with what is damaged): restore one from a backup, resume a chosen one with --resume PATH, or "
+                f"start over with --overwrite")
         if ckpt is None:
             refuse_restart_of_finished_run(out)
-            print(f"rlvr: no {'whole ' if skipped else ''}checkpoint in {out}; starting from scratch", file=sys.stderr)
+            print(f"rlvr: no checkpoint in {out}; starting from scratch", file=sys.stderr)
             return None
         if skipped:
             print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
@@ -48,6 +54,7 @@ def _resume_target(cfg, mode: str):
         problems = checkpoint_problems(ckpt)
         if problems:
             raise ConfigError(f"--resume {mode}: the checkpoint is incomplete or corrupt:\n  " + "\n  ".join(problems))
+    _check_checkpoint_kind(ckpt, cfg)
     if mode != "force":
         saved = json.loads((ckpt / STATE_FILE).read_text())
         changed = resume_differences(saved, cfg)
@@ -59,13 +66,35 @@ def _resume_target(cfg, mode: str):
     return ckpt
 
 
-def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
-    """Refuse an output dir that is a file, unwritable, or already holds a run (unless ``--resume``
-    or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs before the model
-    loads.
+def _check_checkpoint_kind(ckpt: Path, cfg) -> None:
+    """A LoRA checkpoint cannot resume a full-model run, nor a full one a LoRA run (``--resume force``
+    skips the config comparison that would name ``model.lora.r``): one line, before the model loads.
 
     Raises:
-        OutputDirError: see above (exit 2); the message names the folder and the ways out.
+        ConfigError: naming the checkpoint, what it holds and what the run trains.
+    """
+    from rlvr.lora import is_adapter_folder
+    from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint
+
+    if is_distributed_checkpoint(ckpt):
+        return
+    adapter, lora_run = is_adapter_folder(ckpt), cfg.model.lora.r > 0
+    if adapter != lora_run:
+        held = "a LoRA adapter" if adapter else "a full model (no adapter_config.json)"
+        run = f"a LoRA adapter (model.lora.r={cfg.model.lora.r})" if lora_run else "the full model (model.lora.r=0)"
+        raise ConfigError(f"--resume: checkpoint {ckpt} holds {held}, but this run trains {run}: resume with the "
+                          "model.lora.* settings it was written with, or start a new run")
+
+
+def _prepare_output_dir(cfg, args: argparse.Namespace, lock=None) -> Path:
+    """Refuse an output dir that is a file, unwritable, in use by another trainer, or already holds a run
+    (unless ``--resume`` or ``--overwrite``); with ``--overwrite`` delete that run's training files. Runs
+    before the model loads. ``lock`` (a :class:`~rlvr.trainer.run_lock.RunDirLock`) is taken once the
+    folder is known to be writable and before anything in it is deleted, and stays held.
+
+    Raises:
+        OutputDirError: see above (exit 2); the message names the folder and the ways out (for a
+            folder in use: the other trainer's pid and host).
     """
     from rlvr.errors import OutputDirError
     from rlvr.trainer.run_dir import check_writable_dir, describe, remove_run_artefacts, run_artefacts
@@ -73,6 +102,9 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
     out = Path(cfg.logging.output_dir)
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"logging.output_dir={str(out)!r} is a file, not a folder: choose another logging.output_dir")
+    check_writable_dir(out)
+    if lock is not None:
+        lock.acquire()
     old = run_artefacts(out)
     if old and args.overwrite:
         remove_run_artefacts(out)
@@ -83,7 +115,7 @@ def _prepare_output_dir(cfg, args: argparse.Namespace) -> Path:
             f"start over with --overwrite (deletes those training files, nothing else), or choose another "
             f"logging.output_dir."
         )
-    return check_writable_dir(out)
+    return out
 
 
 def _resume_command(argv: Sequence[str]) -> str:
@@ -111,9 +143,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise OutputDirError("--overwrite and --resume contradict each other: continue the run in "
                              f"{cfg.logging.output_dir} (--resume) or delete it and start over (--overwrite)")
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    owner = int(os.environ.get("RANK", "0")) == 0 or not launched  # one rank owns the output dir
+    from rlvr.trainer.run_lock import RunDirLock
+
+    lock = RunDirLock(cfg.logging.output_dir)
+    try:
+        return _checked_start(cfg, args, launched, owner, lock)
+    finally:
+        lock.release()
+
+
+def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, lock) -> int:
+    """:func:`cmd_train` from the ``--resume`` target on: every check that needs no model, then the run.
+
+    ``lock`` is taken before the output dir is changed in any way (tidied for ``--resume``, emptied by
+    ``--overwrite``). A start that fails before its first step in a folder that held no run leaves
+    nothing that would refuse the next start (:func:`~rlvr.trainer.run_dir.forget_failed_start`).
+    """
     if args.resume and not launched:  # one process owns the dir: tidy first, so a checkpoint put back is resumed
         from rlvr.trainer.run_dir import clean_stale_temporaries
 
+        if Path(cfg.logging.output_dir).is_dir():
+            lock.acquire()  # before tidying: a running trainer's staging folders are not leftovers
         clean_stale_temporaries(cfg.logging.output_dir, log=lambda m: print(m, file=sys.stderr))
     ckpt = _resume_target(cfg, args.resume) if args.resume else None
     from rlvr.distributed import init_distributed, shutdown
@@ -131,14 +182,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.trainer.rollout import check_filter_metric
 
     task = build_task(cfg.task)
-    task.problems("train")  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+    if not task.problems("train"):  # data errors (exit 2) before --overwrite deletes anything and before the model loads
+        from rlvr.errors import DataError
+
+        raise DataError(f"task {cfg.task.type}: no training problems (task.train_size={cfg.task.train_size})")
     check_filter_metric(cfg, task)
     check_engine_config(cfg)
     from rlvr.models import check_model_path
 
     check_model_path(cfg.model)  # a mistyped model path must not cost the run --overwrite would delete
-    if int(os.environ.get("RANK", "0")) == 0 or not launched:  # one rank owns the output dir
-        _prepare_output_dir(cfg, args)
+    fresh = False
+    if owner:
+        from rlvr.trainer.run_dir import run_artefacts
+
+        _prepare_output_dir(cfg, args, lock)
+        fresh = not run_artefacts(cfg.logging.output_dir)
     try:
         env = init_distributed(cfg.device, backend=cfg.distributed.backend, timeout_s=cfg.distributed.timeout_s,
                                num_threads=cfg.distributed.num_threads)
@@ -146,6 +204,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     try:
         return _train(cfg, local_cfg, ckpt, env, task, args)
+    except BaseException:
+        if fresh:
+            from rlvr.trainer.run_dir import forget_failed_start
+
+            forget_failed_start(cfg.logging.output_dir)
+        raise
     finally:
         shutdown()
 
@@ -164,9 +228,6 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     main_rank = env.rank == 0
     model, tokenizer = load_policy(local_cfg.model)  # at the run's recorded precision on --resume
     out = Path(cfg.logging.output_dir)
-    if main_rank:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
     dp = None
     if env.distributed:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -189,6 +250,9 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
             from rlvr.trainer.logger import _drop_rows_after
 
             _drop_rows_after(out / "metrics.jsonl", 0)
+        if main_rank:  # every start-up check has passed (model, tokenizer, trainer, resume): the run begins
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))
         try:
             last = trainer.train()
         except RunInterrupted as exc:

@@ -46,6 +46,17 @@ def _atomic_json(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2))
 
 
+def _progress_total(budget: Budget, cfg: Any, trainer: Any) -> int | None:
+    """The optimizer steps a run's step bar counts to under ``budget`` (``max_steps`` is only a cap then):
+    the budget itself for ``steps``; for ``rollouts`` with the plain group sampler and no dynamic sampling,
+    whole generation rounds × μ updates each; otherwise None (not known in advance: the bar counts)."""
+    if budget.kind == "steps":
+        return budget.amount
+    if budget.kind == "rollouts" and cfg.sampler == "group" and not cfg.dynamic_sampling.enable:
+        return min(cfg.max_steps, budget.amount // cfg.generation_batch_size * trainer.updates_per_generation)
+    return None
+
+
 def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[Any], tuple[Any, Any]] | None = None,
             task_factory: Callable[[Any], Any] | None = None, log: Callable[[str], None] = print,
             deadline: Deadline | None = None) -> dict[str, Any]:
@@ -97,6 +108,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         meter.rollouts, meter.tokens, meter._idle = piece.rollouts, piece.tokens, piece.idle_draws
         meter._last_step = piece.step
     trainer.sampler = meter
+    trainer.progress_total = _progress_total(spec.budget, cfg, trainer)
     curve_path = run_dir / "curve.jsonl"
     t0 = time.perf_counter() - (piece.wall_s if piece else 0.0)
     if piece is not None:  # rows of a later piece that was killed before its checkpoint are redone

@@ -65,16 +65,25 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, panels: Sequenc
 
     Returns:
         the PNG path (default ``RUN_DIR/curves.png``).
+
+    Raises:
+        FileNotFoundError: no ``metrics.jsonl`` (see :func:`read_metrics`).
+        DataError: it holds no step, or none of ``panels`` (exit 2 in the CLI).
     """
+    panels_asked = list(panels)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir)
+    from rlvr.errors import DataError
+
+    rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
+    if not rows:  # a run stopped before its first step, or a file that is not rlvr's
+        raise DataError(f"rlvr plot {run_dir}: metrics.jsonl holds no step yet (the run logged nothing to plot)")
     panels = [p for p in panels if any(p in r and r[p] is not None for r in rows)]
     if not panels:
-        raise ValueError(f"{run_dir}/metrics.jsonl has none of the metrics to plot")
+        raise DataError(f"rlvr plot {run_dir}: metrics.jsonl has none of the metrics to plot ({', '.join(panels_asked)})")
     cols = 2
     nrows = -(-len(panels) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(11, 2.8 * nrows), squeeze=False)

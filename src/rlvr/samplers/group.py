@@ -30,7 +30,31 @@ class PromptEncoder:
         self.system_prompt = system_prompt
         self.max_prompt_length = max_prompt_length
         self.truncated = 0
+        self.unencodable = 0  # characters mapped to the unknown token, over every prompt encoded
         self._cache: dict[tuple[str, str], list[int]] = {}
+
+    def _count_unencodable(self, problem: Any, text: str, ids: list[int]) -> None:
+        """Count the characters the tokenizer mapped to its unknown token (a character-level vocabulary such
+        as the testbed's meets ``é`` or a digit); warn on the first prompt that has any (issue 25, item 4.15:
+        such a run trained silently on prompts the policy never saw as written)."""
+        unk_id, unk = getattr(self.tokenizer, "unk_token_id", None), getattr(self.tokenizer, "unk_token", None)
+        if unk_id is None:
+            return
+        n = ids.count(unk_id) - (text.count(unk) if unk else 0)
+        if n <= 0:
+            return
+        self.unencodable += n
+        if self.unencodable == n:  # the first prompt with any
+            vocab, plain = self.tokenizer.get_vocab(), text
+            for special in getattr(self.tokenizer, "all_special_tokens", []):
+                plain = plain.replace(special, "")
+            chars = sorted({c for c in plain if c not in vocab})[:8]
+            warnings.warn(
+                f"prompt of problem {problem.uid!r} has {n} character(s) the tokenizer cannot encode "
+                f"({', '.join(map(repr, chars))}), each replaced by its unknown token {unk!r}; the model sees "
+                "those prompts garbled (check the data against the tokenizer's vocabulary)",
+                stacklevel=3,
+            )
 
     def text(self, problem: Any) -> str:
         """The rendered prompt string of ``problem``."""
@@ -41,7 +65,9 @@ class PromptEncoder:
         key = (problem.uid, problem.question)
         ids = self._cache.get(key)
         if ids is None:
-            ids = self.tokenizer(self.text(problem), add_special_tokens=False)["input_ids"]
+            text = self.text(problem)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            self._count_unencodable(problem, text, ids)
             if len(ids) > self.max_prompt_length:
                 self.truncated += 1
                 if self.truncated == 1:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlvr.config import TaskConfig
 from rlvr.errors import ConfigError
+from rlvr.file_kinds import not_regular_file
 from rlvr.tasks.answers import extract_answer, extract_answer_with_source, gold_from_gsm8k
 from rlvr.tasks.base import Problem, Task, Verdict
 from rlvr.tasks.custom import RewardFnTask, load_reward_fn
@@ -85,8 +86,11 @@ def validate_task_config(cfg: TaskConfig) -> None:
             value = getattr(cfg, key)
             if value is not None and Path(value).is_dir():
                 raise ConfigError(f"task.{key}: {value!r} is a directory (expected a .jsonl file)")
-            if value is not None and not Path(value).is_file():
+            why = None if value is None else not_regular_file(value)
+            if why == "does not exist":
                 raise ConfigError(f"task.{key}: file {value!r} not found")
+            if why:
+                raise ConfigError(f"task.{key}: {value!r} {why} (expected a regular .jsonl file)")
     elif cfg.type == "hf_dataset":
         if importlib.util.find_spec("datasets") is None:
             raise ConfigError("task.type=hf_dataset needs the Hugging Face `datasets` package: pip install datasets")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.errors import ConfigError
+from rlvr.file_kinds import not_regular_file
 from rlvr.tasks.answers import extract_answer_with_source
 from rlvr.tasks.base import Problem, Split, Task, Verdict
 
@@ -22,8 +23,10 @@ RewardFn = Callable[..., Any]
 def _import_module(module: str, spec: str) -> Any:
     if module.endswith(".py") or os.sep in module or "/" in module:
         path = Path(module)
-        if not path.is_file():
-            raise ConfigError(f"task.reward_fn={spec!r}: file {module!r} not found")
+        why = not_regular_file(path)
+        if why:
+            raise ConfigError(f"task.reward_fn={spec!r}: file {module!r} "
+                              f"{'not found' if why == 'does not exist' else why + ' (expected a Python file)'}")
         mod_name = f"rlvr_reward_{path.stem}"
         file_spec = importlib.util.spec_from_file_location(mod_name, path)
         if file_spec is None or file_spec.loader is None:  # pragma: no cover - only for odd suffixes

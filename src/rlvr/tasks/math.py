@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rlvr.errors import ConfigError, DataError
+from rlvr.file_kinds import not_regular_file
 from rlvr.tasks.answers import _from_boxed, extract_answer_with_source, gold_from_gsm8k
 from rlvr.tasks.base import Problem, Split, Verdict, check_split
 from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
@@ -211,8 +212,11 @@ def read_jsonl(path: str | Path, question_field: str = "question", answer_field:
     p = Path(path)
     if p.is_dir():
         raise DataError(f"JSONL file {str(p)!r} is a directory (expected a .jsonl file)")
-    if not p.is_file():
+    why = not_regular_file(p)
+    if why == "does not exist":
         raise DataError(f"JSONL file not found: {str(p)!r}")
+    if why:  # a FIFO would block the read forever, /dev/zero never end
+        raise DataError(f"JSONL file {str(p)!r} {why} (expected a regular .jsonl file)")
     out: list[Problem] = []
     unmarked: list[int] = []
     with p.open("rb") as fh:
@@ -319,20 +323,27 @@ class MathTask:
             all_ev = read_jsonl(eval_path, question_field, answer_field)
             task = cls(Path(eval_path).stem, [], _first(all_ev, eval_size), **kwargs)
             task.source_sizes["eval"] = len(all_ev)
-            task._no_train = f"task.path is not set: {str(eval_path)!r} (task.eval_path) is for evaluation only"
+            task._no_train = (f"task.path is not set: {str(eval_path)!r} (task.eval_path) is for evaluation only; "
+                              "training needs a train file: set task.path")
             return task
         rows = read_jsonl(path, question_field, answer_field)
         eval_total = None
         if eval_path is None:
             train, ev = _split_rows(rows, eval_size or 100, eval_seed, str(path))
             held_q = {p.question for p in ev}
-            train = [p for p in train if p.question not in held_q]
+            kept = [p for p in train if p.question not in held_q]
+            dropped, train = len(train) - len(kept), kept
         else:
             all_ev = read_jsonl(eval_path, question_field, answer_field)
             train, ev, eval_total = rows, _first(all_ev, eval_size), len(all_ev)
         task = cls(Path(path).stem, _cap(train, train_size, seed), ev, **kwargs)
         if eval_total is not None:
             task.source_sizes["eval"] = eval_total
+        elif not train:  # evaluation still works; training is refused with the reason (before a model loads)
+            task._no_train = (f"{path}: all {plural(dropped, 'row')} left after holding out task.eval_size="
+                              f"{len(ev)} for evaluation repeat a held-out question, so no training problem is "
+                              "left (such rows are dropped from training so that evaluation stays held-out): "
+                              "add distinct rows, or give a separate task.eval_path")
         return task
 
     @classmethod
@@ -391,7 +402,8 @@ class MathTask:
         if not eval_split or eval_split == train_split:
             train, ev = _split_rows(rows, eval_size or 100, eval_seed, f"dataset {name!r} split {train_split!r}")
             held_q = {p.question for p in ev}
-            train = [p for p in train if p.question not in held_q]
+            kept = [p for p in train if p.question not in held_q]
+            dropped, train = len(train) - len(kept), kept
         else:
             all_ev = load(eval_split)
             train, ev, eval_total = rows, _first(all_ev, eval_size), len(all_ev)
@@ -405,11 +417,12 @@ class MathTask:
 
         Raises:
             ValueError: unknown split.
-            DataError: ``"train"`` of an evaluation-only task (built from ``eval_path`` alone).
+            DataError: ``"train"`` of an evaluation-only task (built from ``eval_path`` alone), or of a
+                file whose rows all repeat its held-out questions.
         """
         check_split(split)
         if split == "train" and self._no_train:
-            raise DataError(f"{self._no_train}; training needs a train file: set task.path")
+            raise DataError(self._no_train)
         return list(self._splits[split])
 
     def verify(self, problem: Problem, completion: str) -> Verdict:

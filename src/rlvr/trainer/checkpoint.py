@@ -7,7 +7,8 @@ too), ``optimizer.pt`` and ``scheduler.pt`` (tensors and plain containers only, 
 RNG states, schedule state, config, content hashes of the task's data files), and, when the run was
 between the optimizer updates of one generation batch (μ > 1), ``pending.safetensors`` +
 ``pending.json`` (that batch, :mod:`rlvr.rollout_io`) with the index of the next update; the
-dynamic-sampling carry as ``carry-K.*``; schedule tensors as ``schedule.safetensors``.
+dynamic-sampling carry as ``carry-K.*``; schedule tensors as ``schedule.safetensors``; the sha256 of
+every file as ``checksums.sha256`` (verified before a resume, :mod:`rlvr.trainer.checksums`).
 The folder is assembled under a temporary name and renamed into place, so a kill at any moment leaves
 either the previous checkpoint or the new one, never half of one. Nothing is ever unpickled on load.
 
@@ -28,7 +29,8 @@ from typing import Any
 
 import torch
 
-from rlvr.lora import is_peft_model, load_adapter_weights, write_base_model_spec
+from rlvr.errors import ConfigError
+from rlvr.lora import is_adapter_folder, is_peft_model, load_adapter_weights, write_base_model_spec
 from rlvr.precision_record import RECORD_FILE, write_precision_record
 from rlvr.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
@@ -50,6 +52,7 @@ from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers im
     swap_into_place,
     trainer_counters,
 )
+from rlvr.trainer.checksums import CHECKSUM_FILE, write_checksums
 from rlvr.trainer.dist_checkpoint import is_distributed_checkpoint, load_distributed
 from rlvr.trainer.run_dir import apply_umask, find_resumable
 
@@ -139,6 +142,8 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
             }
             state.update(save_round_state(trainer, tmp))
             (tmp / STATE_FILE).write_text(json.dumps(state))
+            stage = CHECKSUM_FILE
+            write_checksums(tmp)  # verified before a resume picks this checkpoint (run_dir.checkpoint_problems)
         stage = ".complete"
         with open(tmp / ".complete", "w") as f:
             f.flush()
@@ -164,6 +169,31 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return find_resumable(output_dir)[0]
 
 
+def check_weights_fit(path: Path, weights: dict[str, torch.Tensor], model_sd: dict[str, torch.Tensor]) -> None:
+    """Refuse, in one line, a full-model checkpoint that is not of this run's model: a LoRA adapter
+    folder, other tensor names, or other shapes (another architecture: ``--resume force`` after
+    ``model.name_or_path`` changed), instead of ``load_state_dict``'s line per mismatched tensor.
+
+    Raises:
+        ConfigError: naming the checkpoint, what differs, a count and the first example (exit 2).
+    """
+    if not weights and is_adapter_folder(path):
+        raise ConfigError(f"--resume: checkpoint {path} holds a LoRA adapter, but this run trains the full model "
+                          "(model.lora.r=0): resume it with the same model.lora.* settings")
+    missing = [k for k in model_sd if k not in weights and "lm_head" not in k]  # tied heads are not stored separately
+    unexpected = [k for k in weights if k not in model_sd]
+    wrong = [k for k in weights if k in model_sd and tuple(weights[k].shape) != tuple(model_sd[k].shape)]
+    if wrong:
+        k = wrong[0]
+        raise ConfigError(f"--resume: checkpoint {path} is of another model architecture than this run's: "
+                          f"{len(wrong)} of {len(model_sd)} tensors differ in shape, e.g. {k!r} (checkpoint "
+                          f"{list(weights[k].shape)}, this run {list(model_sd[k].shape)}); was model.name_or_path changed?")
+    if missing or unexpected:
+        raise ConfigError(f"--resume: checkpoint {path} does not match this run's model (another architecture?): "
+                          f"{len(missing)} tensors missing (e.g. {missing[:3]}), {len(unexpected)} unexpected "
+                          f"(e.g. {unexpected[:3]})")
+
+
 def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     """Restore model weights, optimizer, scheduler, loader position and RNG states from ``path``.
 
@@ -172,6 +202,8 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: ``path`` is not a complete checkpoint.
+        ConfigError: its weights are not of this run's model (:func:`check_weights_fit`; for LoRA
+            :func:`rlvr.lora.load_adapter_weights`), or hold NaN / infinite values once loaded (exit 2).
     """
     from safetensors.torch import load_file
 
@@ -190,10 +222,12 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
         weights: dict[str, torch.Tensor] = {}
         for f in sorted(path.glob("model*.safetensors")):
             weights.update(load_file(str(f)))
-        missing, unexpected = trainer.model.load_state_dict(weights, strict=False)
-        missing = [k for k in missing if "lm_head" not in k]  # tied heads are not stored separately
-        if missing or unexpected:
-            raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        check_weights_fit(path, weights, trainer.model.state_dict())
+        trainer.model.load_state_dict(weights, strict=False)
+    nonfinite = [n for n, p in trainer.model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if nonfinite:
+        raise ConfigError(f"--resume: checkpoint {path}: the loaded weights hold NaN or infinite values "
+                          f"({len(nonfinite)} tensors, e.g. {nonfinite[0]!r}): resume from an earlier checkpoint-N")
     trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     restore_counters(trainer, state)  # the engine's weights then predate the loaded ones: pushed before generating

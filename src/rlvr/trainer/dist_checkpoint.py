@@ -32,6 +32,7 @@ import torch
 from rlvr.lora import is_peft_model, write_base_model_spec
 from rlvr.precision_record import write_precision_record
 from rlvr.staging import make_staging_dir
+from rlvr.trainer.checksums import CHECKSUM_FILE, write_checksums
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
@@ -203,8 +204,10 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
                 failure = failed(stage, exc)
             _agree(dp, path, failure)
         if rank == 0:
-            stage = ".complete"
+            stage = CHECKSUM_FILE
             try:
+                write_checksums(tmp)  # every rank's files are in (the agreement above): verified before a resume
+                stage = ".complete"
                 with open(tmp / ".complete", "w") as f:
                     f.flush()
                     os.fsync(f.fileno())

@@ -47,7 +47,8 @@ class RunLogger:
 
     Args:
         output_dir: the run directory (created).
-        total_steps: the run's optimizer-step budget, for the progress bar.
+        total_steps: the run's optimizer-step budget, for the progress bar (None: not known in advance,
+            e.g. a comparison's rollout budget with dynamic sampling; the bar then counts steps).
         start_step: steps already done (resume). Rows of ``metrics.jsonl`` and ``completions.jsonl`` past it
             (steps that ran after the checkpoint and are now redone) and a torn last line are dropped, so every
             step appears once and every line parses.
@@ -58,7 +59,7 @@ class RunLogger:
     """
 
     def __init__(
-        self, output_dir: str | Path, total_steps: int, *, start_step: int = 0, tensorboard: bool = True,
+        self, output_dir: str | Path, total_steps: int | None, *, start_step: int = 0, tensorboard: bool = True,
         progress: bool = True, trackers: Sequence[Any] = (),
     ) -> None:
         self.dir = Path(output_dir)

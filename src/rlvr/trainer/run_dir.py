@@ -88,6 +88,31 @@ def remove_run_artefacts(output_dir: str | Path) -> list[Path]:
     return gone
 
 
+def forget_failed_start(output_dir: str | Path) -> list[Path]:
+    """A start that failed before its first step (a tracker that cannot log in, a tokenizer without a chat
+    template, a full disk) in a folder that held no run: delete what it wrote (``config.yaml``, ``tb/``,
+    empty ``metrics.jsonl`` / ``completions.jsonl``), so the next start is not refused as "already holds a
+    run". The caller knows the folder held no run before this start; nothing is deleted once a step was
+    logged or a checkpoint or ``final/`` was written (then the run's files are kept for ``--resume``).
+
+    Returns:
+        the paths deleted.
+    """
+    out = Path(output_dir)
+    if not out.is_dir() or any(out.glob("checkpoint-*")) or (out / "final").exists():
+        return []
+    rows = [out / "metrics.jsonl", out / "completions.jsonl"]
+    if any(p.is_file() and p.stat().st_size > 0 for p in rows):
+        return []
+    gone = [p for p in (*rows, out / "config.yaml", out / "tb") if p.exists() and not p.is_symlink()]
+    for p in gone:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return gone
+
+
 def check_writable_dir(output_dir: str | Path, key: str = "logging.output_dir") -> Path:
     """Create ``output_dir`` if needed and prove it can be written (a probe file is made and removed).
 
@@ -157,10 +182,12 @@ def _distributed_problems(p: Path, state: dict) -> list[str]:
 def checkpoint_problems(path: str | Path) -> list[str]:
     """What makes ``path`` an unusable checkpoint: empty when it looks whole.
 
-    Checks, without loading tensors: the ``.complete`` marker; ``trainer_state.json`` parses; the
+    Checks the structure first: the ``.complete`` marker; ``trainer_state.json`` parses; the
     optimizer and scheduler files exist and are whole zip archives (``torch.save``'s format); every
     ``*.safetensors`` file is as long as its header declares; the files the state refers to
-    (pending batch, schedule tensors, carry) exist; every ``*.json`` parses.
+    (pending batch, schedule tensors, carry) exist; every ``*.json`` parses. Then, when all that holds,
+    the bytes: every file against the ``checksums.sha256`` written at save time, or for an older
+    checkpoint without one the zip CRCs and finite weights (:mod:`rlvr.trainer.checksums`).
 
     Returns:
         one line per problem, each naming the file, e.g. ``"model.safetensors: truncated (10 of 99 bytes)"``.
@@ -212,6 +239,11 @@ def checkpoint_problems(path: str | Path) -> list[str]:
             json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             problems.append(f"{f.name}: corrupt JSON ({exc})")
+    if not problems:  # whole in structure: now the bytes (rlvr.trainer.checksums)
+        from rlvr.trainer.checksums import checksum_problems, legacy_content_problems
+
+        damaged = checksum_problems(p)
+        problems += legacy_content_problems(p) if damaged is None else damaged
     return problems
 
 

@@ -213,6 +213,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.summary = RunSummary()
         self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
         self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
+        self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
         self._gen_version = 0  # policy version stamped on the rows being generated
         # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
         self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
@@ -243,7 +244,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
             trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
                                       cfg.logging, resume=self.global_step > 0)
             logger = RunLogger(
-                self.output_dir, cfg.max_steps, start_step=self.global_step,
+                self.output_dir, self.progress_total, start_step=self.global_step,
                 tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
             )
         else:  # one writer per job: rank 0 logs the reduced metrics
