@@ -5,23 +5,28 @@ hours (``specs/peers.md`` complaints 10 and 16): that completion scores 0, a cou
 the run continues — unless ``fatal`` is set.
 
 A reward function that *hangs* (issue 3) is cut off: with a timeout (or more than one worker) the
-verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), each receiving its
-share of the batch in one message and answering item by item. **The timeout is one deadline per
-share** (issue 12): every worker's share of a batch must be answered within ``timeout_s`` of the
-worker being ready, and the shares run in parallel, so a batch is scored in at most about
-``timeout_s`` however many calls hang (one at a time, 32 hung calls with a 3 s timeout took 97 s).
-At the deadline the worker is killed and replaced; its call in progress and the calls of its share
-not reached yet score 0 and are counted in ``ScoreStats.timeouts``. This follows verl's ``prime``
-reward manager (all calls submitted at once to a process pool, one ``asyncio.wait_for`` timeout each,
-so they share one deadline; code-precedent). More workers (``reward_num_workers``) make the share a
-hung call takes down smaller. Without a timeout and with one worker, scoring stays in-process.
+verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), which take the batch's
+calls one at a time from one queue. **The timeout is one deadline per batch** (issue 12): every call
+of a batch must be answered within ``timeout_s`` of the first worker being ready, so a batch is scored
+in at most about ``timeout_s`` however many calls hang (one at a time, 32 hung calls with a 3 s
+timeout took 97 s). **A hung call costs only itself** (issue 25 item 3): when calls are waiting and no
+worker is free, a spare worker is started for each worker that has been on its call for
+:data:`STALL_FRACTION` of the timeout (up to ``max(MIN_SPARE_WORKERS, num_workers)`` spares per batch, ended after it). At
+the deadline the workers still running a call are killed (their process groups: what a reward
+function forked goes too) and replaced; those calls, and any the batch never started, score 0 and
+are counted in ``ScoreStats.timeouts``. This follows verl's ``prime`` reward manager (all calls
+submitted at once to a process pool, one ``asyncio.wait_for`` timeout each, so they share one
+deadline; code-precedent). Without a timeout and with one worker, scoring stays in-process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing as mp
+import os
 import pickle
+import signal
 import time
 import traceback
 import warnings
@@ -69,6 +74,15 @@ REWARD_DTYPE = torch.float32
 
 _REWARD_MAX = torch.finfo(REWARD_DTYPE).max
 
+STALL_FRACTION = 0.1
+"""A worker on one call for this fraction of ``reward_timeout_s`` counts as stuck: when every worker
+is, and calls are waiting, :class:`VerifierPool` starts a spare (interpretation: early enough that the
+waiting calls still fit in the batch deadline; a legitimately slow verifier then gets extra workers,
+bounded by the spare cap)."""
+
+MIN_SPARE_WORKERS = 4
+"""Spare workers a batch may start beyond ``reward_num_workers`` (at least; ``num_workers`` when larger)."""
+
 
 def checked_score(raw: Any) -> float:
     """``float(raw)`` when it is finite and fits :data:`REWARD_DTYPE`.
@@ -92,9 +106,43 @@ def _verify_item(task: Any, problem: Any, text: str) -> tuple[float, bool, str |
     return score, bool(verdict.correct), verdict.feedback
 
 
+def _main_package() -> list[str]:
+    """The package of a ``python -m pkg`` main module (``["pytest"]`` for ``pytest.__main__``), or
+    ``["__main__"]`` for a script (multiprocessing then imports it once in the fork server): a
+    forkserver child re-runs the main module, and its imports are then already done."""
+    import sys
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None:
+        return ["__main__"]
+    pkg = spec.name.rpartition(".")[0]
+    return [pkg] if pkg else []
+
+
+def _describe_exit(code: int | None) -> str:
+    """``exit code 3`` / ``killed by SIGKILL`` for a worker's ``Process.exitcode`` (negative: a signal)."""
+    if code is None:
+        return "an unknown exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def _worker_main(conn: Any, payload: bytes) -> None:
     """Worker process loop: unpickle the task, then score lists of ``(idx, problem, text)`` items,
-    answering ``(idx, score, correct, feedback, error)`` per item (``error`` = ``(kind, text)`` or None)."""
+    answering ``(idx, score, correct, feedback, error)`` per item (``error`` = ``(kind, text)`` or None).
+
+    The worker leads its own process group (what a reward function forks is ended with it, see
+    :func:`_end_groups`) and ignores SIGINT: a Ctrl-C in the terminal is the trainer's to handle, once.
+    Anything a reward function raises, ``KeyboardInterrupt`` and ``SystemExit`` included, is that
+    call's error; the worker goes on.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpgid(0, 0)
     try:
         task = pickle.loads(payload)
     except BaseException as exc:  # noqa: BLE001
@@ -112,24 +160,30 @@ def _worker_main(conn: Any, payload: bytes) -> None:
             try:
                 score, correct, feedback = _verify_item(task, problem, text)
                 conn.send((idx, score, correct, feedback, None))
-            except Exception as exc:  # noqa: BLE001 - a user's reward function may raise anything
+            except BaseException as exc:  # noqa: BLE001 - a user's reward function may raise anything
                 conn.send((idx, 0.0, False, None, (type(exc).__name__, str(exc)[:500])))
 
 
-def _stop_workers(workers: list) -> None:
-    for w in workers:
-        if w is None:
-            continue
-        proc, conn = w["proc"], w["conn"]
-        try:
-            conn.send(None)
-        except (OSError, ValueError):
-            pass
-        proc.join(timeout=1.0)
-        if proc.is_alive():
+def _end_groups(procs: Sequence[Any]) -> None:
+    """SIGKILL each worker's process group (the worker and whatever its reward function forked), all
+    first, then reap the workers. Interpretation: a verifier's children must not outlive the run
+    (issue 25 item 4.11). A worker's pid names its group (:func:`_worker_main`); Linux does not reuse
+    a pid while a process group of that id has members, so a group outliving its leader is still ours."""
+    for proc in procs:
+        if proc.pid is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             proc.kill()
-            proc.join(timeout=1.0)
-        conn.close()
+    for proc in procs:
+        proc.join(timeout=5.0)
+
+
+def _stop_workers(workers: list) -> None:
+    _end_groups([w["proc"] for w in workers if w is not None])
+    for w in workers:
+        if w is not None:
+            w["conn"].close()
     workers[:] = [None] * len(workers)
 
 
@@ -138,11 +192,11 @@ class VerifierPool:
 
     Args:
         task: the task; must be picklable (it is sent to each worker once, at start).
-        num_workers: worker processes (≥ 1); a batch is split into this many contiguous shares,
-            scored in parallel.
-        timeout_s: seconds each worker's share of one batch may take (0 = no limit): one deadline per
-            share, counted from the worker being ready, so its start-up (importing the task's modules)
-            is not counted; calls unanswered at the deadline are timeouts (see the module docstring).
+        num_workers: worker processes (≥ 1) kept between batches; calls are handed out one at a time
+            to whichever is free, so the batch is scored in parallel.
+        timeout_s: the batch deadline: seconds from the first worker being ready (its start-up,
+            importing the task's modules, is not counted) within which every call of one batch must
+            be answered (0 = no limit); calls unanswered then are timeouts (see the module docstring).
         start_method: multiprocessing start method (``forkserver`` by default: workers do not
             inherit the trainer's threads or model memory).
         startup_timeout_s: seconds a worker may take to start and load the task.
@@ -150,7 +204,8 @@ class VerifierPool:
     Raises:
         TypeError / pickle.PicklingError: the task cannot be pickled.
 
-    Source: issue 3 ("a reward function that hangs is cut off after reward_timeout_s").
+    Source: issue 3 ("a reward function that hangs is cut off after reward_timeout_s"); issue 25
+    item 3 (a hung call costs only itself: spare workers, :data:`STALL_FRACTION`).
     """
 
     def __init__(self, task: Any, num_workers: int = 1, timeout_s: float = 30.0, *,
@@ -161,12 +216,15 @@ class VerifierPool:
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
+        self.max_spares = max(MIN_SPARE_WORKERS, num_workers)
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context(start_method if start_method in methods else "spawn")
         if self._ctx.get_start_method() == "forkserver":
             # the fork server imports these once; each worker (and each replacement of a killed one)
             # is then forked with torch and rlvr already loaded: ~10 ms instead of seconds
-            self._ctx.set_forkserver_preload(["rlvr.rewards", "rlvr.tasks.base"])
+            # (also the task's module and the main module's package, which each child would otherwise
+            # import again: a spare started for a hung call is then ready in ~50 ms, not ~1 s)
+            self._ctx.set_forkserver_preload(["rlvr.rewards", "rlvr.tasks.base", type(task).__module__, *_main_package()])
         self._workers: list[dict[str, Any] | None] = [None] * num_workers
         self.restarts = 0
         self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
@@ -177,132 +235,134 @@ class VerifierPool:
                                  name=f"rlvr-verifier-{k}")
         proc.start()
         child.close()
-        w = {"proc": proc, "conn": parent, "ready": False}
+        w = {"proc": proc, "conn": parent, "ready": False, "item": None, "since": 0.0}
         self._workers[k] = w
         return w
 
-    def _kill(self, k: int) -> None:
-        w = self._workers[k]
-        if w is not None:
-            w["proc"].kill()
-            w["proc"].join(timeout=5.0)
-            w["conn"].close()
-        self._workers[k] = None
-        self.restarts += 1
+    def _kill(self, *ks: int) -> None:
+        """End workers ``ks`` together (see :func:`_end_groups`) and free their slots."""
+        _stop_workers([self._workers[k] for k in ks])
+        for k in ks:
+            self._workers[k] = None
+        self.restarts += len(ks)
 
     def close(self) -> None:
-        """Stop every worker (idempotent)."""
+        """Stop every worker and what its reward function forked (idempotent)."""
         _stop_workers(self._workers)
 
     def start(self) -> None:
         """Launch any missing worker now without waiting for it: its start-up (fork, loading the task)
         then overlaps with whatever the caller does next (e.g. the first generation round)."""
-        for j, w in enumerate(self._workers):
+        for j in range(self.num_workers):
+            w = self._workers[j]
             if w is None or not w["proc"].is_alive():
                 if w is not None:
                     self._kill(j)
                     self.restarts -= 1  # a dead idle worker being replaced is not a timeout restart
                 self._start(j)
 
+    def _replace(self, *js: int) -> None:
+        """End workers ``js``; a kept slot (``j < num_workers``) gets a new worker, a spare's is freed."""
+        self._kill(*js)
+        for j in js:
+            if j < self.num_workers:
+                self._start(j)
+
+    def _retire_spares(self) -> None:
+        """End the spare workers started during a batch (idle now) and free their slots."""
+        _stop_workers(self._workers[self.num_workers:])
+        del self._workers[self.num_workers:]
+
     def run(self, items: Sequence[tuple[int, Any, str]]) -> dict[int, tuple[float, bool, str | None, tuple[str, str] | None]]:
         """Score ``items`` (``(idx, problem, text)``) in the workers.
 
         Returns:
             ``idx -> (score, correct, feedback, error)`` for every item; ``error`` is ``(kind, text)``
-            for a verifier that raised, returned a non-number, was still running or not yet reached
-            when its share's deadline passed (kind ``"Timeout"``) or killed its worker (kind
-            ``"WorkerDied"``; the rest of that share goes to a replacement), else None.
+            for a verifier that raised, returned a non-number, was still running or not yet started
+            when the batch deadline passed (kind ``"Timeout"``) or killed its worker (kind
+            ``"WorkerDied"``, with the exit code or signal; a replacement takes the next calls), else None.
 
         Raises:
-            RuntimeError: a worker cannot load the task (the message gives the worker's error).
+            RuntimeError: a worker cannot load the task (the message gives the worker's error), or
+                none is ready within ``startup_timeout_s``.
         """
         results: dict[int, tuple[float, bool, str | None, tuple[str, str] | None]] = {}
         if not items:
             return results
-        k = min(self.num_workers, len(items))
-        per = -(-len(items) // k)
-        shares = [list(items[i * per : (i + 1) * per]) for i in range(k)]
-        pending: dict[int, deque] = {}
-        deadline: dict[int, float] = {}
-
-        def share_deadline(j: int) -> float:
-            # one deadline per share, from the worker being ready (its start-up has its own allowance)
-            if self.timeout_s <= 0:
-                return math.inf
-            return time.monotonic() + self.timeout_s + (0.0 if self._workers[j]["ready"] else self.startup_timeout_s)
-
-        def launch(j: int, share: list) -> None:
-            w = self._workers[j]
-            if w is None or not w["proc"].is_alive():
-                if w is not None:
-                    self._kill(j)
-                w = self._start(j)
-            w["conn"].send(share)
-            pending[j] = deque(share)
-            deadline[j] = share_deadline(j)
-
-        def worker_died(j: int, code: Any) -> None:
-            idx = pending[j].popleft()[0]
-            results[idx] = (0.0, False, None, ("WorkerDied", f"verifier worker exited (code {code}) while scoring this completion"))
-            self._kill(j)
-            rest = list(pending.pop(j))
-            deadline.pop(j, None)
-            if rest:
-                launch(j, rest)
-
-        def share_timed_out(j: int) -> None:
-            share = list(pending.pop(j))
-            deadline.pop(j, None)
-            head, rest = share[0], share[1:]
-            results[head[0]] = (0.0, False, None, (
-                "Timeout", f"reward function did not return within reward_timeout_s={self.timeout_s:g} s "
-                "(the deadline of its worker's share of the batch)"))
-            for item in rest:
-                results[item[0]] = (0.0, False, None, (
-                    "Timeout", f"not scored: its worker's share of the batch ran past reward_timeout_s="
-                    f"{self.timeout_s:g} s (a call before it hung)"))
-            self._kill(j)
-            self._start(j)  # the replacement loads the task while the caller goes on
-
-        for j, share in enumerate(shares):
-            if share:
-                launch(j, share)
-        while pending:
-            now = time.monotonic()
-            soonest = min(deadline.values())
-            conns = {self._workers[j]["conn"]: j for j in pending}
-            ready = mp_wait(list(conns), timeout=None if soonest == math.inf else max(0.0, soonest - now))
-            for conn in ready:
-                j = conns[conn]
-                if j not in pending:
-                    continue
-                w = self._workers[j]
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    worker_died(j, w["proc"].exitcode if w else None)
-                    continue
-                if msg[0] == "ready":
-                    w["ready"] = True
-                    deadline[j] = share_deadline(j)
-                    continue
-                if msg[0] == "init_error":
-                    self.close()
-                    raise RuntimeError(f"reward worker could not load the task: {msg[1]}")
-                idx, score, correct, feedback, error = msg
-                head = pending[j].popleft()
-                assert head[0] == idx, (head[0], idx)
-                results[idx] = (score, correct, feedback, error)
-                if not pending[j]:
-                    del pending[j], deadline[j]
-            now = time.monotonic()
-            for j in [j for j, d in deadline.items() if d <= now]:
-                if j in pending and self._workers[j] is not None and not self._workers[j]["ready"]:
-                    self.close()
+        self.start()
+        queue = deque(items)
+        t0 = time.monotonic()
+        deadline = math.inf
+        stall_s = STALL_FRACTION * self.timeout_s if self.timeout_s > 0 else math.inf
+        timeout_text = (f"reward function did not return within reward_timeout_s={self.timeout_s:g} s "
+                        "(the batch's deadline)")
+        try:
+            while queue or any(w is not None and w["item"] is not None for w in self._workers):
+                now = time.monotonic()
+                if deadline == math.inf and self.timeout_s > 0 and any(w and w["ready"] for w in self._workers):
+                    deadline = now + self.timeout_s
+                for w in self._workers:  # hand a call to every free worker
+                    if queue and w is not None and w["ready"] and w["item"] is None:
+                        w["item"], w["since"] = queue.popleft(), now
+                        w["conn"].send([w["item"]])
+                live = [w for w in self._workers if w is not None]
+                if queue and all(w["item"] is not None or not w["ready"] for w in live):
+                    # no worker free: one spare for each worker stuck on its call (less those starting)
+                    stuck = sum(w["item"] is not None and now - w["since"] >= stall_s for w in live)
+                    starting = sum(not w["ready"] for w in live)
+                    room = self.num_workers + self.max_spares - len(self._workers)
+                    for _ in range(max(0, min(len(queue), stuck - starting, room))):
+                        self._workers.append(None)
+                        self._start(len(self._workers) - 1)
+                if now >= deadline:
+                    break
+                if deadline == math.inf and now - t0 > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
-                if j in pending:
-                    share_timed_out(j)
+                wake = [deadline, t0 + self.startup_timeout_s if deadline == math.inf else math.inf]
+                if queue:
+                    wake += [w["since"] + stall_s for w in live if w["item"] is not None]
+                soonest = min(wake)
+                conns = {w["conn"]: j for j, w in enumerate(self._workers) if w is not None}
+                for conn in mp_wait(list(conns), timeout=None if soonest == math.inf else max(0.0, soonest - now)):
+                    self._receive(conns[conn], results)
+            hung = [j for j, w in enumerate(self._workers) if w is not None and w["item"] is not None]
+            for j in hung:  # the deadline: calls still running are cut off
+                results[self._workers[j]["item"][0]] = (0.0, False, None, ("Timeout", timeout_text))
+            self._replace(*hung)
+            for item in queue:
+                results[item[0]] = (0.0, False, None, (
+                    "Timeout", f"not scored: the batch ran past reward_timeout_s={self.timeout_s:g} s "
+                    "with every worker stuck on a hung call"))
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._retire_spares()
         return results
+
+    def _receive(self, j: int, results: dict) -> None:
+        """Read one message of worker ``j``: ready, a load failure, an answer, or its death."""
+        w = self._workers[j]
+        try:
+            msg = w["conn"].recv()
+        except (EOFError, OSError):
+            w["proc"].join(timeout=2.0)  # its exit status, not None
+            how = _describe_exit(w["proc"].exitcode)
+            if w["item"] is None:
+                raise RuntimeError(f"reward worker exited ({how}) while loading the task") from None
+            results[w["item"][0]] = (0.0, False, None, (
+                "WorkerDied", f"verifier worker exited ({how}) while scoring this completion"))
+            self._replace(j)
+            return
+        if msg[0] == "ready":
+            w["ready"] = True
+        elif msg[0] == "init_error":
+            raise RuntimeError(f"reward worker could not load the task: {msg[1]}")
+        else:
+            idx, score, correct, feedback, error = msg
+            assert w["item"] is not None and w["item"][0] == idx, (w["item"], idx)
+            results[idx] = (score, correct, feedback, error)
+            w["item"] = None
 
 
 class Scorer:
@@ -312,8 +372,8 @@ class Scorer:
         task: a :class:`rlvr.tasks.Task`.
         tokenizer: decodes completion ids to text (special tokens skipped).
         fatal: re-raise verifier errors (and timeouts, as :class:`RewardError`) instead of scoring 0.
-        timeout_s: seconds each worker's share of a batch may take (one deadline per share, shares in
-            parallel: a batch takes at most about ``timeout_s``); 0 = no limit. With a limit, or with
+        timeout_s: seconds every call of a batch must be answered in (one deadline per batch: a batch
+            takes at most about ``timeout_s``); 0 = no limit. With a limit, or with
             ``num_workers > 1``, verifiers run in a :class:`VerifierPool` (started on first use). A
             task that cannot be pickled is scored in-process instead, with a warning (no limit then).
         num_workers: worker processes for the pool.
