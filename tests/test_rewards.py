@@ -2,51 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import os
 import time
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 from rlvr.rewards import RewardError, Scorer, VerifierPool
-from rlvr.tasks.base import Problem, Verdict
+from rlvr.tasks.base import Problem
+from rlvr.testing import small_config
 from rlvr.types import RolloutBatch
 
-
-from rlvr.testing import ToyTask, small_config  # noqa: E402
-
-
-
-
-
-@dataclass
-class ScriptedTask:
-    """Verdict by problem uid: ``ok`` → 1, ``bad`` → 0, ``raise`` raises, ``nan``/``str`` return a
-    non-number, ``hang`` sleeps ``hang_s``, ``die`` kills its process. Module level: picklable."""
-
-    name: str = "scripted"
-    hang_s: float = 30.0
-    system_prompt: str = "x"
-
-    def problems(self, split):
-        return [Problem(uid=u, question=u, answer="1") for u in ("ok", "bad")]
-
-    def verify(self, problem, completion):
-        kind = problem.uid.split("-")[0]
-        if kind == "raise":
-            raise ZeroDivisionError("user bug")
-        if kind == "nan":
-            return Verdict(score=math.nan, correct=False)
-        if kind == "str":
-            return Verdict(score="high", correct=False)  # type: ignore[arg-type]
-        if kind == "hang":
-            time.sleep(self.hang_s)
-        if kind == "die":
-            os._exit(3)
-        ok = kind == "ok"
-        return Verdict(score=0.5 if ok else 0.0, correct=ok, feedback=None if ok else "no")
+from reward_worker_tasks import HangOnFirst, ScriptedTask  # the worker tasks live in a light module: workers start fast
 
 
 def make_batch(tok, uids: list[str], text: str = "12") -> RolloutBatch:
@@ -217,16 +183,6 @@ def test_unpicklable_task_falls_back_to_in_process_with_a_warning(tok):
 def test_pool_rejects_zero_workers():
     with pytest.raises(ValueError):
         VerifierPool(ScriptedTask(), num_workers=0)
-
-
-@dataclass
-class HangOnFirst(ToyTask):
-    """ToyTask whose verifier hangs on train problem 0 (module level: picklable for the worker pool)."""
-
-    def verify(self, problem, completion):
-        if problem.uid == "train-0":
-            time.sleep(60)
-        return super().verify(problem, completion)
 
 
 def test_trainer_counts_timeouts_and_continues(tmp_path, tiny):
