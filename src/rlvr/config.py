@@ -124,6 +124,7 @@ class RLConfig(_Strict):
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
+    disable_dropout: bool = True  # dropout off in the loss forward too (TRL's name): it sees the network old_logp/sampling saw
     device: Literal["auto", "cpu", "cuda"] = "cpu"  # auto: CUDA when torch sees one (rlvr.distributed.env)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

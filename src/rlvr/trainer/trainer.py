@@ -54,7 +54,7 @@ from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
 from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
-from rlvr.trainer.setup import apply_precision, loss_settings, seed_everything
+from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
 from rlvr.types import RolloutBatch
@@ -124,6 +124,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if cfg.model.lora.r > 0 and not is_peft_model(model):
             spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
             model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
+            disable_dropout(model)
         self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
         if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
             ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
