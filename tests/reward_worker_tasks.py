@@ -87,3 +87,21 @@ class HangOnFirst(ToyTask):
         if problem.uid == "train-0":
             time.sleep(60)
         return super().verify(problem, completion)
+
+
+@dataclass
+class AlwaysRaises(ToyTask):
+    """A ToyTask whose reward function raises on every call."""
+
+    def verify(self, problem, completion):
+        raise RuntimeError("reward service unreachable")
+
+
+@dataclass
+class RaisesOnRank1(ToyTask):
+    """Raises on every call in the process whose ``RANK`` is 1 (torchrun), scores normally elsewhere."""
+
+    def verify(self, problem, completion):
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("rank 1's reward service unreachable")
+        return super().verify(problem, completion)

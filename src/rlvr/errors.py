@@ -49,3 +49,9 @@ class RunStopped(RlvrError):
     rollout or token budget is spent (:class:`rlvr.compare.budget.BudgetExhausted`). A normal end, not
     a failure: the trainer's summary reads ``rlvr: run stopped (<message>)`` and the exception
     propagates to whoever set the limit. No checkpoint is written for it."""
+
+
+class RewardFailureError(TrainingError):
+    """Every reward call failed (raised, returned a non-number or timed out) in
+    :data:`rlvr.trainer.lifecycle.REWARD_FAILURE_ROUNDS` generation rounds in a row, counted over the
+    whole job: the run stopped with a checkpoint instead of training on zeros. The CLI exits with code 1."""

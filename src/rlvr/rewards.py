@@ -82,6 +82,7 @@ class Scorer:
         self.timeouts_total = 0
         self.errors_total = 0
         self.calls_total = 0  # completions scored (the run summary's denominator for failed calls)
+        self.last_error: str | None = None  # the newest failed call's "kind: text", for the run's messages
         self._pool: VerifierPool | None = None
         self._use_pool = self.timeout_s > 0 or self.num_workers > 1
         if self._use_pool:
@@ -180,6 +181,7 @@ class Scorer:
         self.errors_total += stats.errors
         self.timeouts_total += stats.timeouts
         self.calls_total += len(texts)
+        self.last_error = stats.last_error or self.last_error
         batch.texts = texts
         batch.rewards = torch.tensor(scores, dtype=REWARD_DTYPE)
         batch.correct = torch.tensor(correct, dtype=torch.bool)

@@ -26,7 +26,7 @@ import torch
 from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
+from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.rewards import Scorer
@@ -44,7 +44,8 @@ from rlvr.trainer.components import (
 from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.lifecycle import (
-    RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
+    RewardFailureWatch, RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress,
+    round_snapshot,
 )
 from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import NullLogger, RunLogger
@@ -255,6 +256,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         t_run = time.perf_counter()
         self.summary = RunSummary()
         self.summary.start(self)
+        self.reward_watch = RewardFailureWatch()
         status, stop = "failed", StopControl()
         try:
             stop.__enter__()
@@ -283,6 +285,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
+                    self._check_reward_failures(batch.meta.pop("reward_counts", None))
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
@@ -332,6 +335,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
         except IdleRunError:
             status = "stopped (no learning signal)"
             raise
+        except RewardFailureError:
+            status = "stopped (every reward call failed)"
+            raise
         except RunStopped as exc:  # a normal end asked for by a part of the run (a compare budget), not a failure
             status = f"stopped ({exc})"
             raise
@@ -357,6 +363,22 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
                       file=sys.stderr, flush=True)
         return last
+
+    def _check_reward_failures(self, counts: list[int] | None) -> None:
+        """Count one generation round's reward calls, summed over ranks (one all-reduce under torchrun, so
+        every rank takes the same decision and the summary is the job's).
+
+        Raises:
+            RewardFailureError: every call failed in ``REWARD_FAILURE_ROUNDS`` rounds in a row; a checkpoint
+                is written first (issue 25 items 4.8, 4.9).
+        """
+        if counts is None:
+            return
+        if self.dp is not None and self.world_size > 1:
+            counts = self.dp.sum([float(c) for c in counts])
+        if self.reward_watch.round_done(*(int(round(c)) for c in counts)):
+            path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+            raise RewardFailureError(self.reward_watch.message(path, getattr(self.scorer, "last_error", None)))
 
     def _agreed_stop(self, stop: StopControl) -> int | None:
         """The signal to stop on, agreed by every rank (one all-reduce under torchrun: a rank that got
