@@ -139,3 +139,15 @@ def test_the_pools_float32_bound_is_torchs():
     from rlvr.rewards import REWARD_DTYPE
 
     assert FLOAT32_MAX == torch.finfo(REWARD_DTYPE).max
+
+
+def test_resume_command_under_torchrun_includes_the_launcher():
+    """Item 4.12: the resume command printed after Ctrl-C under torchrun lacked the launcher."""
+    from rlvr.cli.train import _resume_command
+
+    argv = ["train", "--config", "grpo", "--overwrite"]
+    assert _resume_command(argv, {}) == "rlvr train --config grpo --resume"
+    two = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert _resume_command(argv, two) == "torchrun --nproc_per_node 2 -m rlvr train --config grpo --resume"
+    nodes = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
+    assert _resume_command(argv, nodes).startswith("torchrun --nproc_per_node 4 --nnodes 2 -m rlvr train")
