@@ -13,6 +13,12 @@ class ConfigError(RlvrError):
     exit_code = 2
 
 
+class EnvVarError(ConfigError, ValueError):
+    """An environment variable rlvr reads holds a value it cannot use (e.g. ``RLVR_CPU_BF16=yes``):
+    bad configuration, found before any model loads. Exit code 2; a ``ValueError`` too, for callers
+    that catch that."""
+
+
 class DataError(RlvrError):
     """A dataset file or row is missing, unreadable or lacks a field."""
 
