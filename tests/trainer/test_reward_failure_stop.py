@@ -27,8 +27,10 @@ def test_always_failing_reward_stops_after_the_first_failed_rounds_with_a_checkp
             tr.train()
     assert info.value.exit_code == 1
     assert "reward service unreachable" in str(info.value) and "--resume" in str(info.value)
-    # round 1's update (zero advantages) is all that ran; round 2 stopped before its update, not 50 steps
-    assert tr.generation_round == REWARD_FAILURE_ROUNDS and tr.global_step == 1
+    # round 1's update (zero advantages) is all that ran; round 2 stopped before its update, not 50 steps;
+    # the checkpoint is of the state before round 2 (a resumed run generates it again)
+    assert tr.scorer.calls_total == REWARD_FAILURE_ROUNDS * 8 and tr.global_step == 1
+    assert tr.generation_round == REWARD_FAILURE_ROUNDS - 1
     ckpt = tmp_path / "checkpoint-1"
     assert ckpt.is_dir() and str(ckpt) in str(info.value) and tr.last_checkpoint == ckpt
     err = capsys.readouterr().err

@@ -270,6 +270,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
+                    snap = None
                     if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
                         batch, gen_metrics = self._pipeline.next()
                         self._round_signal = batch.meta.pop("round_signal", None)
@@ -285,7 +286,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
-                    self._check_reward_failures(batch.meta.pop("reward_counts", None))
+                    self._check_reward_failures(batch.meta.pop("reward_counts", None), snap)
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
@@ -364,19 +365,22 @@ class Trainer(BatchPreparation, OptimizerSteps):
                       file=sys.stderr, flush=True)
         return last
 
-    def _check_reward_failures(self, counts: list[int] | None) -> None:
+    def _check_reward_failures(self, counts: list[int] | None, snap: dict[str, Any] | None = None) -> None:
         """Count one generation round's reward calls, summed over ranks (one all-reduce under torchrun, so
         every rank takes the same decision and the summary is the job's).
 
         Raises:
             RewardFailureError: every call failed in ``REWARD_FAILURE_ROUNDS`` rounds in a row; a checkpoint
-                is written first (issue 25 items 4.8, 4.9).
+                is written first (issue 25 items 4.8, 4.9), of the state before this round when ``snap``
+                (its :func:`round_snapshot`) is given, so a resumed run generates the round again.
         """
         if counts is None:
             return
         if self.dp is not None and self.world_size > 1:
             counts = self.dp.sum([float(c) for c in counts])
         if self.reward_watch.round_done(*(int(round(c)) for c in counts)):
+            if snap is not None:
+                restore_round(self, snap)
             path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
             raise RewardFailureError(self.reward_watch.message(path, getattr(self.scorer, "last_error", None)))
 
