@@ -74,7 +74,9 @@ def test_more_than_half_of_reward_calls_failing_exits_1(tmp_path, capsys):
     finally:
         sys.path.remove(str(tmp_path))
     err = capsys.readouterr().err
-    assert "8 of 8 reward calls failed" in err and "verifier: 8 calls, 8 errors" in err
+    # issue 25 item 4.8: stopped after the first rounds in which every call failed, with a checkpoint
+    assert "every reward call failed in 2 generation rounds in a row" in err and "verifier: 8 calls, 8 errors" in err
+    assert "last: ValueError: nope" in err and "Wrote a checkpoint to" in err
 
 
 @pytest.mark.parametrize("argv, needle", [

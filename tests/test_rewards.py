@@ -2,51 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import os
 import time
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 from rlvr.rewards import RewardError, Scorer, VerifierPool
-from rlvr.tasks.base import Problem, Verdict
+from rlvr.tasks.base import Problem
+from rlvr.testing import small_config
 from rlvr.types import RolloutBatch
 
-
-from rlvr.testing import ToyTask, small_config  # noqa: E402
-
-
-
-
-
-@dataclass
-class ScriptedTask:
-    """Verdict by problem uid: ``ok`` → 1, ``bad`` → 0, ``raise`` raises, ``nan``/``str`` return a
-    non-number, ``hang`` sleeps ``hang_s``, ``die`` kills its process. Module level: picklable."""
-
-    name: str = "scripted"
-    hang_s: float = 30.0
-    system_prompt: str = "x"
-
-    def problems(self, split):
-        return [Problem(uid=u, question=u, answer="1") for u in ("ok", "bad")]
-
-    def verify(self, problem, completion):
-        kind = problem.uid.split("-")[0]
-        if kind == "raise":
-            raise ZeroDivisionError("user bug")
-        if kind == "nan":
-            return Verdict(score=math.nan, correct=False)
-        if kind == "str":
-            return Verdict(score="high", correct=False)  # type: ignore[arg-type]
-        if kind == "hang":
-            time.sleep(self.hang_s)
-        if kind == "die":
-            os._exit(3)
-        ok = kind == "ok"
-        return Verdict(score=0.5 if ok else 0.0, correct=ok, feedback=None if ok else "no")
+from reward_worker_tasks import HangOnFirst, ScriptedTask  # the worker tasks live in a light module: workers start fast
 
 
 def make_batch(tok, uids: list[str], text: str = "12") -> RolloutBatch:
@@ -110,19 +76,37 @@ def test_pool_matches_in_process_and_splits_over_workers(tok):
 
 
 def test_hanging_reward_fn_is_cut_off_scored_zero_counted_and_pool_replaced(tok):
-    # one deadline per share (issue 12): with one worker the hung call takes its share's unscored calls with it
-    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.5, num_workers=1)
+    # the deadline leaves a loaded machine room to start the spare worker that takes the calls after the hung one
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=2, num_workers=1)
     try:
         b = make_batch(tok, ["ok-0", "hang-1", "ok-2", "bad-3"])
         t = time.perf_counter()
-        with pytest.warns(UserWarning, match="did not return within reward_timeout_s=0.5"):
+        with pytest.warns(UserWarning, match="did not return within reward_timeout_s=2"):
             st = sc.score(b)
         assert time.perf_counter() - t < 30  # not the 60 s of the hang
-        assert b.rewards.tolist() == [0.5, 0.0, 0.0, 0.0]  # answered before the hang: kept
-        assert (st.timeouts, st.errors, st.calls) == (3, 0, 4)
-        assert sc.timeouts_total == 3 and sc._pool.restarts == 1
+        assert b.rewards.tolist() == [0.5, 0.0, 0.5, 0.0]  # the calls after the hung one are scored too
+        assert (st.timeouts, st.errors, st.calls) == (1, 0, 4)
+        assert sc.timeouts_total == 1 and sc._pool.restarts == 1
+        assert len(sc._pool._workers) == 1  # the spare that took the queue is gone after the batch
         b2 = make_batch(tok, ["ok-0", "ok-1"])  # the replacement worker keeps serving
         assert sc.score(b2).timeouts == 0 and b2.rewards.tolist() == [0.5, 0.5]
+    finally:
+        sc.close()
+
+
+def test_one_worker_two_hung_calls_cost_only_themselves(tok):
+    """Issue 25 item 3: with one worker, 2 hung calls among 8 were 4+ timeouts (every call queued after
+    a hung one scored 0); now exactly the 2 hung calls time out and the other 6 are scored."""
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=3, num_workers=1)
+    try:
+        uids = ["ok-0", "hang-1", "bad-2", "ok-3", "hang-4", "ok-5", "bad-6", "ok-7"]
+        b = make_batch(tok, uids)
+        with pytest.warns(UserWarning, match="reward_timeout_s"):
+            st = sc.score(b)
+        assert (st.timeouts, st.errors, st.calls) == (2, 0, 8)
+        assert b.rewards.tolist() == [0.5, 0.0, 0.0, 0.5, 0.0, 0.5, 0.0, 0.5]
+        assert b.correct.tolist() == [True, False, False, True, False, True, False, True]
+        assert b.feedback == [None, None, "no", None, None, None, "no", None]
     finally:
         sc.close()
 
@@ -173,6 +157,7 @@ def test_worker_that_dies_counts_as_error_and_fatal_timeout_raises(tok):
         with pytest.warns(UserWarning, match="WorkerDied"):
             st = sc.score(b)
         assert b.rewards.tolist() == [0.0, 0.5] and st.error_kinds == {"WorkerDied": 1}
+        assert "exited (exit code 3)" in st.last_error  # issue 25 item 4.13: not "code None"
     finally:
         sc.close()
     fatal = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=0.3, fatal=True)
@@ -200,22 +185,12 @@ def test_pool_rejects_zero_workers():
         VerifierPool(ScriptedTask(), num_workers=0)
 
 
-@dataclass
-class HangOnFirst(ToyTask):
-    """ToyTask whose verifier hangs on train problem 0 (module level: picklable for the worker pool)."""
-
-    def verify(self, problem, completion):
-        if problem.uid == "train-0":
-            time.sleep(60)
-        return super().verify(problem, completion)
-
-
 def test_trainer_counts_timeouts_and_continues(tmp_path, tiny):
     from rlvr.trainer.trainer import Trainer
 
     factory, tk = tiny
     task = HangOnFirst(n=2)  # 2 prompts per round: problem 0 is in every round
-    cfg = small_config(tmp_path, "max_steps=1", "reward_timeout_s=0.2", "reward_num_workers=2")
+    cfg = small_config(tmp_path, "max_steps=1", "reward_timeout_s=2", "reward_num_workers=2")
     tr = Trainer(cfg, factory(0), tk, task)
     seen = []
     tr.callbacks.append(lambda t, m: seen.append(m))

@@ -121,10 +121,11 @@ class RLConfig(_Strict):
     max_consecutive_nonfinite: int = Field(5, ge=1)
     max_idle_rounds: int = Field(10, ge=1)  # rounds in a row without an update → checkpoint, exit 3 (Trainer.train)
     reward_errors_fatal: bool = False
-    reward_timeout_s: float = Field(30.0, ge=0)  # per worker's share of a batch (one deadline, shares in parallel); 0 = none
+    reward_timeout_s: float = Field(30.0, ge=0)  # one deadline per batch of reward calls (hung calls cost only themselves); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
+    disable_dropout: bool = True  # dropout off in the loss forward too (TRL's name): it sees the network old_logp/sampling saw
     device: Literal["auto", "cpu", "cuda"] = "cpu"  # auto: CUDA when torch sees one (rlvr.distributed.env)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -13,6 +13,12 @@ class ConfigError(RlvrError):
     exit_code = 2
 
 
+class EnvVarError(ConfigError, ValueError):
+    """An environment variable rlvr reads holds a value it cannot use (e.g. ``RLVR_CPU_BF16=yes``):
+    bad configuration, found before any model loads. Exit code 2; a ``ValueError`` too, for callers
+    that catch that."""
+
+
 class DataError(RlvrError):
     """A dataset file or row is missing, unreadable or lacks a field."""
 
@@ -49,3 +55,9 @@ class RunStopped(RlvrError):
     rollout or token budget is spent (:class:`rlvr.compare.budget.BudgetExhausted`). A normal end, not
     a failure: the trainer's summary reads ``rlvr: run stopped (<message>)`` and the exception
     propagates to whoever set the limit. No checkpoint is written for it."""
+
+
+class RewardFailureError(TrainingError):
+    """Every reward call failed (raised, returned a non-number or timed out) in
+    :data:`rlvr.trainer.lifecycle.REWARD_FAILURE_ROUNDS` generation rounds in a row, counted over the
+    whole job: the run stopped with a checkpoint instead of training on zeros. The CLI exits with code 1."""

@@ -290,6 +290,23 @@ def _measure_and_store(key: dict[str, Any], seen: str, found: tuple[str, ...], c
                         str(path) if path is not None else None)
 
 
+def check_environment() -> str | None:
+    """The ``RLVR_CPU_BF16`` override (``"0"``/``"1"``), or None when unset or empty; the CLI calls this
+    with the config checks, before any model loads.
+
+    Raises:
+        rlvr.errors.EnvVarError: any other value (a ``ValueError`` and a configuration error, exit 2).
+    """
+    from rlvr.errors import EnvVarError
+
+    env = os.environ.get(ENV_OVERRIDE)
+    if env in (None, ""):
+        return None
+    if env not in ("0", "1"):
+        raise EnvVarError(f"{ENV_OVERRIDE} must be 0 or 1 (or unset), got {env!r}")
+    return env
+
+
 def probe_cpu_bf16() -> CpuBf16Probe:
     """Whether this CPU runs bf16 matmuls natively (see the module docstring for the method).
 
@@ -297,12 +314,10 @@ def probe_cpu_bf16() -> CpuBf16Probe:
     memoised per process and cached per machine (:mod:`rlvr.precision_cache`).
 
     Raises:
-        ValueError: ``RLVR_CPU_BF16`` is set to something other than ``0`` or ``1``.
+        rlvr.errors.EnvVarError: ``RLVR_CPU_BF16`` is set to something other than ``0`` or ``1``.
     """
-    env = os.environ.get(ENV_OVERRIDE)
-    if env not in (None, ""):
-        if env not in ("0", "1"):
-            raise ValueError(f"{ENV_OVERRIDE} must be 0 or 1, got {env!r}")
+    env = check_environment()
+    if env is not None:
         return CpuBf16Probe(env == "1", "override", f"{ENV_OVERRIDE}={env} (override of the CPU probe)",
                             capability=torch.backends.cpu.get_cpu_capability())
     from rlvr.precision_cache import CACHE_ENV

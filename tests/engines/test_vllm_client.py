@@ -46,6 +46,8 @@ def test_protocol_and_request_bodies(served):
     for b in bodies:
         assert b["logprobs"] == 0 and b["return_token_ids"] is True and b["stop_token_ids"] == [EOS]
         assert b["temperature"] == 0.9 and b["top_p"] == 0.95 and b["top_k"] == 20
+        # issue 25 item 1: no field left for vLLM to fill from the model's generation_config.json
+        assert (b["repetition_penalty"], b["presence_penalty"], b["frequency_penalty"], b["min_p"]) == (1.0, 0.0, 0.0, 0.0)
     assert [b["seed"] for b in bodies] == [request_seed(11, 0), request_seed(11, 1)]
     assert request_seed(11, 0) != request_seed(11, 1) and request_seed(11, 0) != request_seed(12, 0)
     assert all(len(g.token_ids) <= 4 for g in out[1])
@@ -94,6 +96,9 @@ def test_greedy_contract(served):
     out = eng.generate([GenerationRequest([1, 5, 6], n=3)], SamplingParams(temperature=0.0, max_new_tokens=5))[0]
     (body,) = _completion_bodies(fake)
     assert body["n"] == 1 and body["temperature"] == 0.0 and "seed" not in body
+    # greedy evaluation runs with no repetition penalty, whatever the model's generation config says
+    assert {k: body[k] for k in ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p", "top_p", "top_k")} == {
+        "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0, "top_p": 1.0, "top_k": -1}
     assert len(out) == 3 and all(g.token_ids == out[0].token_ids for g in out)
     assert all(lp == 0.0 for g in out for lp in g.logprobs)
     with torch.no_grad():  # the argmax continuation of the policy

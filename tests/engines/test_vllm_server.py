@@ -57,6 +57,7 @@ def test_start_health_command_and_close(shim, tmp_path):
     cmd = srv.command
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs" and "--enable-prefix-caching" in cmd
+    assert cmd[cmd.index("--generation-config") + 1] == "vllm"  # not the model's sampling defaults (issue 25 item 1)
     assert cmd[-2:] == ["--max-num-seqs", "7"]  # user args last: they win
     with srv:
         assert srv.healthy() and srv.running

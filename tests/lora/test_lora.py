@@ -241,7 +241,8 @@ def test_generation_copy_is_plain_transformers():
 # --------------------------------------------------------------------------------------------- checkpoints
 def test_resume_from_a_lora_checkpoint_is_exact(tmp_path, tiny):
     make, tok = tiny
-    over = [*LORA, "max_steps=4", "save_steps=2", "beta=0.05", "model.lora.dropout=0.1"]
+    # dropout kept on (disable_dropout=false): the resumed run must restore its RNG stream exactly
+    over = [*LORA, "max_steps=4", "save_steps=2", "beta=0.05", "model.lora.dropout=0.1", "disable_dropout=false"]
     full = Trainer(small_config(tmp_path / "a", *over), make(0), tok, ToyTask())
     full.train()
     from rlvr.trainer.checkpoint import load_checkpoint

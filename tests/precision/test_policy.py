@@ -149,3 +149,14 @@ def test_probe_and_benchmark_rates_share_one_timing_loop(monkeypatch):
 
 def test_best_mm_seconds_times_a_real_product():
     assert 0 < prec._best_mm_seconds(16, 16, 16, torch.float32, 2) < 5
+
+
+def test_bad_rlvr_cpu_bf16_is_a_configuration_error_before_any_model_loads(monkeypatch, tmp_path, capsys):
+    """Issue 25 (environment variables rlvr reads): a bad value was a ValueError traceback after the
+    model loaded; it is a configuration error (exit 2) from the config checks."""
+    from rlvr.cli import main
+
+    monkeypatch.setenv("RLVR_CPU_BF16", "yes")
+    code = main(["train", "--config", "grpo", f"logging.output_dir={tmp_path}", "model.name_or_path=/nonexistent/x"])
+    err = capsys.readouterr().err
+    assert code == 2 and "RLVR_CPU_BF16 must be 0 or 1" in err and "/nonexistent" not in err, err

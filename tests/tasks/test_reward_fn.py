@@ -133,3 +133,15 @@ def test_task_from_spec_pickles(module_dir):
     t = RewardFnTask(BASE, f"{module_dir / 'rlvr_test_rewards_mod.py'}:length_reward")
     t2 = pickle.loads(pickle.dumps(t))
     assert t2.verify(P, "1234567890").score == 1.0
+
+
+@pytest.mark.parametrize("flag,want", [(False, False), (np.bool_(True), True), (0, False), (1, True)])
+def test_dict_correct_accepts_bools_and_0_1(flag, want):
+    assert _verify({"score": 0.9, "correct": flag}).correct is want
+
+
+@pytest.mark.parametrize("flag", ["false", "no", 2, 0.5, [True]])
+def test_dict_correct_of_another_type_is_a_type_error(flag):
+    """``bool("false")`` is True: a dict's ``correct: "false"`` counted the completion as solved."""
+    with pytest.raises(TypeError, match=r"returned correct=.*expected a bool"):
+        _verify({"score": 0.0, "correct": flag})

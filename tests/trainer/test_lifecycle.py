@@ -114,12 +114,13 @@ def test_checkpoint_files_follow_the_umask(tmp_path, tiny):
 
 
 def test_every_run_ends_with_a_summary(tmp_path, tiny, capsys):
-    tr = _trainer(tmp_path, tiny, "max_steps=2", task=ToyTask(fail_on={f"train-{i}" for i in range(16)}))
+    # one round (a second with every call failing would stop the run: test_reward_failure_stop.py)
+    tr = _trainer(tmp_path, tiny, "max_steps=1", task=ToyTask(fail_on={f"train-{i}" for i in range(16)}))
     tr.train()
     err = capsys.readouterr().err
-    assert "rlvr: run finished: 2 steps (1 -> 2)" in err
+    assert "rlvr: run finished: 1 step (1 -> 1)" in err
     assert "reward/mean 0.000 -> 0.000" in err
-    assert "verifier: 16 calls, 16 errors, 0 timeouts (100% failed)" in err
+    assert "verifier: 8 calls, 8 errors, 0 timeouts (100% failed)" in err
     assert f"model: {tmp_path / 'final'}" in err and "checkpoint: none written" in err
     assert tr.summary.failed_fraction == 1.0
 

@@ -25,6 +25,8 @@ PY = os.environ.get("RLVR_VLLM_PYTHON")
 pytestmark = pytest.mark.skipif(not PY, reason="RLVR_VLLM_PYTHON not set (run `make test-vllm`)")
 EOS = 2
 TINY = dict(hidden_size=128, num_heads=2, num_kv_heads=2, intermediate_size=256, initializer_range=0.5)
+NON_NEUTRAL_GENERATION = dict(do_sample=True, temperature=0.3, repetition_penalty=1.3, min_p=0.2, top_k=5, top_p=0.5,
+                              presence_penalty=0.5, frequency_penalty=0.5)
 
 
 def vllm_overrides(tmp, *extra):
@@ -37,6 +39,11 @@ def vllm_overrides(tmp, *extra):
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm")
     policy, tok = build_tiny_model(0, **TINY)
+    # issue 25 item 1: sampling defaults vLLM would apply from the served generation_config.json (as
+    # Qwen2.5-Instruct's repetition_penalty 1.1, min_p 0.05); every log-prob test below must still
+    # match plain softmax(z/T), greedy must stay the argmax
+    for k, v in NON_NEUTRAL_GENERATION.items():
+        setattr(policy.generation_config, k, v)
     cfg = build_config(overrides=vllm_overrides(tmp))
     engine = build_engine(cfg, policy, tok, tmp)
     assert isinstance(engine, VLLMEngine)
@@ -67,6 +74,26 @@ def test_behaviour_logprobs_match_fp32_transformers(served, temperature, top_k):
         assert len(g.logprobs) == len(g.token_ids) >= 1
         want = _teacher_logprobs(policy, ctx, g.token_ids, temperature, top_k)
         assert torch.allclose(torch.tensor(g.logprobs), want, atol=1e-4), (g.logprobs, want.tolist())
+
+
+def test_served_generation_config_carries_non_neutral_defaults_and_the_server_ignores_them(served):
+    """The fixture's folder holds the non-neutral defaults; a request that sets no sampling field but
+    the temperature (as a client of a server started without rlvr's body) still samples softmax(z/T):
+    rlvr's server runs with --generation-config vllm."""
+    import json
+    from pathlib import Path
+
+    engine, policy, _ = served
+    folder = Path(engine.server.model_dir)
+    saved = json.loads((folder / "generation_config.json").read_text())
+    assert saved["repetition_penalty"] == 1.3 and saved["min_p"] == 0.2 and saved["top_k"] == 5
+    ctx = [1, 40, 41, 42, 43]
+    answer = engine.client.completions({"model": engine.model_name, "prompt": ctx, "n": 4, "max_tokens": 16,
+                                        "temperature": 1.0, "logprobs": 0, "return_token_ids": True})
+    for choice in answer["choices"]:
+        tokens = choice["token_ids"]
+        got = torch.tensor(choice["logprobs"]["token_logprobs"])
+        assert torch.allclose(got, _teacher_logprobs(policy, ctx, tokens), atol=1e-4), (got, tokens)
 
 
 def test_per_request_caps_seeds_and_greedy(served):

@@ -28,6 +28,9 @@ def _load_config(args: argparse.Namespace):
     if resume and "=" in resume and not Path(resume).exists():  # `--resume key=value`: an override, not a path
         args.overrides = [resume, *args.overrides]
         args.resume = "auto"
+    from rlvr.precision import check_environment
+
+    check_environment()  # a bad RLVR_CPU_BF16 is a configuration error now, not a traceback after the model loads
     cfg = build_config(args.config, args.overrides)
     validate_components(cfg)
     validate_task_config(cfg.task)

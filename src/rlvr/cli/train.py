@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rlvr.cli.common import EXIT_RUNTIME, REWARD_FAILURE_LIMIT, _load_config, _yaml
 from rlvr.errors import ConfigError
@@ -118,14 +118,23 @@ def _prepare_output_dir(cfg, args: argparse.Namespace, lock=None) -> Path:
     return out
 
 
-def _resume_command(argv: Sequence[str]) -> str:
-    """The command line that continues an interrupted ``rlvr train`` (``--resume`` added, ``--overwrite`` dropped)."""
+def _resume_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The command line that continues an interrupted ``rlvr train`` (``--resume`` added, ``--overwrite``
+    dropped). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` in ``env``) it starts with the launcher and its
+    process counts, ``torchrun --nproc_per_node L [--nnodes N] -m rlvr ...``: a one-process ``rlvr`` would
+    resume a different job (a multi-node job's rendezvous options are not known here and are left out)."""
     import shlex
 
+    env = os.environ if env is None else env
     args = [a for a in argv if a != "--overwrite"]
     if not any(a == "--resume" or a.startswith("--resume=") for a in args):
         args.append("--resume")
-    return "rlvr " + " ".join(shlex.quote(a) for a in args)
+    tail = " ".join(shlex.quote(a) for a in args)
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world, local = int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
+        nodes = f" --nnodes {world // local}" if local and world // local > 1 else ""
+        return f"torchrun --nproc_per_node {local}{nodes} -m rlvr {tail}"
+    return "rlvr " + tail
 
 
 def cmd_train(args: argparse.Namespace) -> int:

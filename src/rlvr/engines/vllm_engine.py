@@ -115,6 +115,21 @@ class VLLMClient:
         self.request("POST", "/reset_prefix_cache")
 
 
+NEUTRAL_SAMPLING: dict[str, float | int] = {
+    "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0,
+    "top_p": 1.0, "top_k": -1,
+}
+"""The sampling fields every request body sets to "off" unless rlvr means to use them (``top_p`` /
+``top_k`` are then the run's). vLLM fills a field a request leaves out from the model's
+``generation_config.json`` (``--generation-config auto``, its default: Qwen2.5-Instruct's
+``repetition_penalty`` 1.1 and ``min_p`` 0.05 were applied to every rollout), so each rollout would be
+off-policy against the plain softmax(z/T) the trainer scores, and greedy evaluation would run with a
+repetition penalty. rlvr's own servers also start with ``--generation-config vllm``; the body covers a
+``vllm.url`` server started without it. Source: vLLM ``CompletionRequest`` (the fields its
+``_DEFAULT_SAMPLING_PARAMS`` take from the server's defaults; ``top_k=-1``: all tokens); issue 25
+item 1 (NeMo-RL #3497, ART PR #140, prime-rl PR #886)."""
+
+
 class VLLMEngine:
     """Generate with a vLLM server (started by rlvr or already running).
 
@@ -180,6 +195,7 @@ class VLLMEngine:
             "stop_token_ids": sorted(self.eos_token_ids),
             "skip_special_tokens": False,
         }
+        body.update(NEUTRAL_SAMPLING)  # not the model's generation_config.json defaults (see NEUTRAL_SAMPLING)
         if not greedy:
             body["top_p"] = float(params.top_p)
             body["top_k"] = int(params.top_k) if params.top_k > 0 else -1

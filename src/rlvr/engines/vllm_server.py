@@ -128,7 +128,8 @@ class VLLMServer:
 
     @property
     def command(self) -> list[str]:
-        """The server's argv: module, model folder, address, processed log-probs, prefix cache, extras."""
+        """The server's argv: module, model folder, address, processed log-probs, prefix cache, vLLM's neutral
+        sampling defaults (``--generation-config vllm``), extras."""
         return [
             self.python, "-m", SERVER_MODULE,
             "--model", self.model_dir,
@@ -136,6 +137,7 @@ class VLLMServer:
             "--host", self.host, "--port", str(self.port),
             "--logprobs-mode", "processed_logprobs",  # the sampled distribution's log-probs (after temperature, top-k/p)
             "--enable-prefix-caching",  # continuations from a token prefix (tree, feedback) reuse its KV blocks
+            "--generation-config", "vllm",  # neutral sampling defaults, not the model's (vllm_engine.NEUTRAL_SAMPLING)
             *self.extra_args,
         ]
 

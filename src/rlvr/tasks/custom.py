@@ -122,6 +122,22 @@ def _as_score(value: Any, fn: Any) -> float | None:
     return score
 
 
+def _as_correct(value: Any, fn: Any) -> bool | None:
+    """A reward dict's ``correct``: a bool (numpy's too) or a 0/1 number, None when absent.
+
+    Raises:
+        TypeError: anything else, e.g. the string ``"false"`` (``bool("false")`` is True: such a
+            completion would count as solved).
+    """
+    if value is None:
+        return None
+    numpy_bool = getattr(getattr(value, "dtype", None), "kind", None) == "b" and getattr(value, "ndim", 1) == 0
+    if (isinstance(value, (bool, numbers.Integral)) or numpy_bool) and int(value) in (0, 1):
+        return bool(value)
+    raise TypeError(f"reward function {_fn_name(fn)} returned correct={value!r} ({type(value).__name__}); "
+                    "expected a bool (or 0/1)")
+
+
 def _describe(out: Any) -> str:
     if isinstance(out, tuple):
         return f"a tuple of ({', '.join(type(x).__name__ for x in out)})"
@@ -193,7 +209,7 @@ class RewardFnTask:
         elif isinstance(out, dict) and "score" in out:
             score = _as_score(out["score"], self.fn)
             feedback, extracted = out.get("feedback"), out.get("extracted")
-            correct = None if out.get("correct") is None else bool(out["correct"])
+            correct = _as_correct(out.get("correct"), self.fn)
         else:
             score = _as_score(out, self.fn)
         if score is None or not (feedback is None or isinstance(feedback, str)):

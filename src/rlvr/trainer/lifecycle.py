@@ -154,7 +154,12 @@ class RunSummary:
             self.reward_last = r
 
     def update_counts(self, trainer: Any) -> None:
-        """Read the scorer's cumulative counters (call at the end)."""
+        """Read the scorer's cumulative counters (call at the end); under torchrun the job's, summed
+        over ranks round by round (:class:`RewardFailureWatch`), not rank 0's alone."""
+        watch = getattr(trainer, "reward_watch", None)
+        if getattr(trainer, "world_size", 1) > 1 and watch is not None:
+            self.calls, self.errors, self.timeouts = watch.calls, watch.errors, watch.timeouts
+            return
         now = self._counts(trainer.scorer)
         self.calls, self.errors, self.timeouts = (a - b for a, b in zip(now, self._base))
 
@@ -182,6 +187,41 @@ class RunSummary:
             f"  checkpoint: {checkpoint if checkpoint else 'none written (save_steps)'}",
         ]
         return "\n".join(lines)
+
+
+REWARD_FAILURE_ROUNDS = 2
+"""Generation rounds in a row in which every reward call failed before a run stops (issue 25 item
+4.8; interpretation: one such round may be a passing outage of a remote verifier, two are a reward
+function that cannot work; the rest of the run would train on zeros)."""
+
+
+class RewardFailureWatch:
+    """The job's reward-call counts per generation round: totals for the summary and the stop rule.
+
+    Attributes:
+        calls, errors, timeouts: totals over the rounds seen (job-wide: the caller passes counts
+            summed over ranks). rounds: rounds in a row in which every call failed.
+    """
+
+    def __init__(self, limit: int = REWARD_FAILURE_ROUNDS) -> None:
+        self.limit = limit
+        self.calls = self.errors = self.timeouts = self.rounds = 0
+
+    def round_done(self, calls: int, errors: int, timeouts: int) -> bool:
+        """Record one round's counts; True when ``limit`` rounds in a row had every call fail (a round
+        with no call changes nothing)."""
+        self.calls, self.errors, self.timeouts = self.calls + calls, self.errors + errors, self.timeouts + timeouts
+        if calls:
+            self.rounds = self.rounds + 1 if errors + timeouts >= calls else 0
+        return self.rounds >= self.limit
+
+    def message(self, checkpoint: Any, last_error: str | None) -> str:
+        """Why the run stopped, where its checkpoint is, and what to check."""
+        return (f"every reward call failed in {self.rounds} generation rounds in a row ({plural(self.calls, 'call')}: "
+                f"{plural(self.errors, 'error')}, {plural(self.timeouts, 'timeout')}"
+                + (f"; last: {last_error}" if last_error else "") + "): the rewards would all be zeros from "
+                f"failures. Wrote a checkpoint to {checkpoint} (continue with --resume once it is fixed). "
+                "Check task.reward_fn and reward_timeout_s (the first error is in the log above).")
 
 
 @contextlib.contextmanager

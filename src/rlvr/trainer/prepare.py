@@ -26,6 +26,9 @@ from rlvr.trainer.metrics import rollout_metrics
 from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
 from rlvr.types import RolloutBatch, SamplingParams
 
+REWARD_COUNTERS = ("calls_total", "errors_total", "timeouts_total")
+"""The scorer's cumulative counters a generation round's ``meta["reward_counts"]`` is the change of."""
+
 
 class BatchPreparation:
     """Mixin of :class:`~rlvr.trainer.trainer.Trainer`: drawing prompts, sampling, scoring, reward
@@ -116,6 +119,7 @@ class BatchPreparation:
         self._draw_count = 0
         score_time = 0.0
         timeouts_before = getattr(self.scorer, "timeouts_total", 0)
+        counts_before = [getattr(self.scorer, k, 0) for k in REWARD_COUNTERS]
         if self.weight_sync is not None and not overlapped:  # the engine samples from a separate copy (e.g. merged LoRA weights)
             self.weight_sync(self.global_step)
 
@@ -136,6 +140,8 @@ class BatchPreparation:
             for _ in range(n - self._draw_count):
                 self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
+        # this round's reward calls (calls, errors, timeouts), for the job-wide failure rule (Trainer.train)
+        batch.meta["reward_counts"] = [getattr(self.scorer, k, 0) - b for k, b in zip(REWARD_COUNTERS, counts_before)]
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.rollout_round += 1
         signal_ = RoundSignal.of(cstats.raw_batches)

@@ -26,7 +26,7 @@ import torch
 from rlvr.config import RLConfig
 from rlvr.core.advantages import get_adv_estimator
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
+from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.rewards import Scorer
@@ -44,7 +44,8 @@ from rlvr.trainer.components import (
 from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.lifecycle import (
-    RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress, round_snapshot,
+    RewardFailureWatch, RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress,
+    round_snapshot,
 )
 from rlvr.trainer.idle import IdleTracker, RoundSignal
 from rlvr.trainer.logger import NullLogger, RunLogger
@@ -54,7 +55,7 @@ from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
 from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
-from rlvr.trainer.setup import apply_precision, loss_settings, seed_everything
+from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
 from rlvr.types import RolloutBatch
@@ -124,6 +125,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if cfg.model.lora.r > 0 and not is_peft_model(model):
             spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
             model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
+            disable_dropout(model)
         self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
         if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
             ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
@@ -254,6 +257,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         t_run = time.perf_counter()
         self.summary = RunSummary()
         self.summary.start(self)
+        self.reward_watch = RewardFailureWatch()
         status, stop = "failed", StopControl()
         try:
             stop.__enter__()
@@ -267,6 +271,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                     batch, opt_batches, start = self._replan_resumed()
                     gen_metrics, gen_tokens = {}, 0
                 else:
+                    snap = None
                     if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
                         batch, gen_metrics = self._pipeline.next()
                         self._round_signal = batch.meta.pop("round_signal", None)
@@ -282,6 +287,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
+                    self._check_reward_failures(batch.meta.pop("reward_counts", None), snap)
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
@@ -331,6 +337,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
         except IdleRunError:
             status = "stopped (no learning signal)"
             raise
+        except RewardFailureError:
+            status = "stopped (every reward call failed)"
+            raise
         except RunStopped as exc:  # a normal end asked for by a part of the run (a compare budget), not a failure
             status = f"stopped ({exc})"
             raise
@@ -356,6 +365,25 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
                       file=sys.stderr, flush=True)
         return last
+
+    def _check_reward_failures(self, counts: list[int] | None, snap: dict[str, Any] | None = None) -> None:
+        """Count one generation round's reward calls, summed over ranks (one all-reduce under torchrun, so
+        every rank takes the same decision and the summary is the job's).
+
+        Raises:
+            RewardFailureError: every call failed in ``REWARD_FAILURE_ROUNDS`` rounds in a row; a checkpoint
+                is written first (issue 25 items 4.8, 4.9), of the state before this round when ``snap``
+                (its :func:`round_snapshot`) is given, so a resumed run generates the round again.
+        """
+        if counts is None:
+            return
+        if self.dp is not None and self.world_size > 1:
+            counts = self.dp.sum([float(c) for c in counts])
+        if self.reward_watch.round_done(*(int(round(c)) for c in counts)):
+            if snap is not None:
+                restore_round(self, snap)
+            path = self.save(self.output_dir / f"checkpoint-{self.global_step}")
+            raise RewardFailureError(self.reward_watch.message(path, getattr(self.scorer, "last_error", None)))
 
     def _agreed_stop(self, stop: StopControl) -> int | None:
         """The signal to stop on, agreed by every rank (one all-reduce under torchrun: a rank that got
