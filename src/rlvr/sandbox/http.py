@@ -21,6 +21,9 @@ import urllib.request
 
 from rlvr.sandbox.base import Limits, RunResult, SandboxUnavailable
 
+_REQUEST_SLACK_S = 10.0
+"""Seconds the request may take beyond ``timeout_s`` (network, the service's own start-up)."""
+
 ENV_URL = "RLVR_SANDBOX_URL"
 """Environment variable read for the service's base URL when no ``url`` is given."""
 
@@ -74,8 +77,8 @@ def run_http(program: str, *, stdin: str | bytes = "", files=None, limits: Limit
         return RunResult("sandbox_error", None, "", "", time.monotonic() - t0, "http", detail)
 
     try:
-        with urllib.request.urlopen(req, timeout=limits.timeout_s + 10.0) as resp:
-            answer = json.loads(resp.read(4 * limits.output_bytes + 65536))
+        with urllib.request.urlopen(req, timeout=limits.timeout_s + _REQUEST_SLACK_S) as resp:
+            answer = json.loads(resp.read(4 * limits.output_bytes + (1 << 20)))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return failed(f"{target}: {type(exc).__name__}: {exc}")
     if not isinstance(answer, dict):
