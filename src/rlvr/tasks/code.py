@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlvr.errors import ConfigError, DataError
-from rlvr.sandbox import BACKENDS, check_backend
+from rlvr.sandbox import check_backend
 from rlvr.tasks.base import Problem, Split, Verdict, check_split
 from rlvr.tasks.code_run import extract_program, feedback_for, run_assert_tests, run_io_tests, syntax_problem
 from rlvr.tasks.math import _cap, _first, _split_rows, iter_json_rows
@@ -258,8 +258,9 @@ def _options(cfg: Any) -> CodeConfig:
         value = getattr(cfg, key)
         if value is not None and not Path(value).is_file():
             raise ConfigError(f"task.{key}: file {value!r} not found")
-    if opts.backend != "auto":  # chosen explicitly: fail now, before any model loads
-        check_backend(opts.backend, url=opts.url, python=opts.python)
+    # chosen explicitly: fail now, before any model loads; auto: probe (and warn) once, here in the main
+    # process, so the reward workers get the concrete backend and do not probe or warn again
+    opts.backend = check_backend(opts.backend, url=opts.url, python=opts.python)
     return opts
 
 
