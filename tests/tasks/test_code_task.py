@@ -210,3 +210,17 @@ def test_code_demo_recipe_trains_a_step_on_the_tiny_model(tmp_path):
     assert rc == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and "reward/mean" in rows[-1]
+
+
+def test_fbos_feedback_path_runs_on_code(tmp_path):
+    """FBOS-RL's feedback-guided prompts are built from the code task's feedback (the tiny model writes no
+    code block, so every attempt fails with the no-code feedback, which the FAP must carry)."""
+    from cli_fixtures import TINY
+
+    over = [o for o in TINY if not o.startswith(("task.", "max_prompt_length", "max_steps", "max_completion"))]
+    rc = cli.main(["train", "--config", "fbos_rl", "--config", "code_demo", *over, "max_steps=2", "fbos.initial_rollouts=1",
+                   "max_prompt_length=1024", "max_completion_length=8", "reward_num_workers=1", "logging.log_completions_steps=1",
+                   "logging.num_completions_to_print=4", f"logging.output_dir={tmp_path / 'run'}"])
+    assert rc == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert any(r.get("feedback", "").startswith("No ```python code block") for r in rows), rows[:2]
