@@ -224,3 +224,22 @@ def test_fbos_feedback_path_runs_on_code(tmp_path):
     assert rc == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert any(r.get("feedback", "").startswith("No ```python code block") for r in rows), rows[:2]
+
+
+def test_mbpp_by_hugging_face_id_reads_the_dataset_rows(monkeypatch):
+    """``source: hf_dataset`` (online in real use): the rows ``datasets.load_dataset`` returns are read as MBPP rows."""
+    import sys
+    import types
+
+    calls = []
+
+    def load_dataset(name, config, split):
+        calls.append((name, config, split))
+        return [{"task_id": f"{split}-{i}", "text": "Write f.", "code": "...", "test_list": [f"assert f({i}) == {i + 1}"]}
+                for i in range(6)]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    t = build_task(TaskConfig(type="code", name="mbpp", hf_config="full", config={"source": "hf_dataset"}, eval_size=2))
+    assert ("mbpp", "full", "test") in calls and ("mbpp", "full", "train") in calls
+    assert [p.uid for p in t.problems("eval")] == ["test-0", "test-1"] and len(t.problems("train")) == 6
+    assert t.problems("eval")[0].metadata["entry_point"] == "f"
