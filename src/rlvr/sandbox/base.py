@@ -99,7 +99,8 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "output_bytes", "disk_mb", "nproc", "nofile"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not value > 0 or not math.isfinite(value):
                 raise ConfigError(f"sandbox limit {name} must be a positive number, got {value!r}")
 
     def launcher_args(self, nproc: bool = True) -> list[str]:
@@ -125,9 +126,10 @@ exec(code, {"__name__": "__main__", "__file__": sys.argv[0], "__builtins__": __b
 """
 """Runs first inside the sandbox, in the program's interpreter (``python -I -c LAUNCHER LIMITS
 prog.py``): sets the limits as hard limits, then runs the program as ``__main__`` (one interpreter
-start instead of two; ``exec`` of the compiled file rather than ``runpy``, whose imports cost ~25 ms a run). Interpretation: a launcher instead of ``preexec_fn`` because under ``bwrap``
-the limits must be set inside the sandbox's user namespace (``RLIMIT_NPROC`` is then counted per
-sandbox), and ``preexec_fn`` is unsafe in a threaded parent."""
+start instead of two; ``exec`` of the compiled file rather than ``runpy``, whose imports cost ~25 ms
+a run). Interpretation: a launcher instead of ``preexec_fn`` because under ``bwrap`` the limits
+must be set inside the sandbox's user namespace (``RLIMIT_NPROC`` is then counted per sandbox), and
+``preexec_fn`` is unsafe in a threaded parent."""
 
 
 def minimal_env(token: str, home: str) -> dict[str, str]:

@@ -74,7 +74,8 @@ def _system_binds(python: str) -> list[str]:
     return args
 
 
-def _command(binary: str, python: str, limits: Limits, token: str, file_fds: dict[str, int], status_fd: int) -> list[str]:
+def _command(binary: str, python: str, limits: Limits, token: str, file_fds: dict[str, int],
+             status_fd: int) -> list[str]:
     env = minimal_env(token, "/tmp")
     cmd = [binary, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     for k, v in env.items():
@@ -134,7 +135,8 @@ def run_bwrap(program: str, *, stdin: str | bytes = "", files=None, limits: Limi
                                     env=minimal_env(token, "/"),
                                     start_new_session=True, pass_fds=(*fds.values(), status_w), **user)
         except OSError as exc:
-            return RunResult("sandbox_error", None, "", "", time.monotonic() - t0, "bwrap", f"cannot start {binary}: {exc}")
+            return RunResult("sandbox_error", None, "", "", time.monotonic() - t0, "bwrap",
+                             f"cannot start {binary}: {exc}")
         os.close(status_w)
         status_w = -1
         for fd in fds.values():
@@ -149,7 +151,8 @@ def run_bwrap(program: str, *, stdin: str | bytes = "", files=None, limits: Limi
                 proc.wait()
         with os.fdopen(status_r, "rb") as f:
             status_r = -1
-            info = [json.loads(line) for line in f.read().decode(errors="replace").splitlines() if line.strip().startswith("{")]
+            lines = f.read().decode(errors="replace").splitlines()
+            info = [json.loads(line) for line in lines if line.strip().startswith("{")]
     finally:
         for fd in [*fds.values(), status_r, status_w]:
             if fd >= 0:

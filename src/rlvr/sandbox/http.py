@@ -69,7 +69,8 @@ def run_http(program: str, *, stdin: str | bytes = "", files=None, limits: Limit
         "code": program, "language": "python",
         "stdin": stdin.decode("utf-8", errors="replace") if isinstance(stdin, bytes) else stdin,
         "run_timeout": limits.timeout_s, "memory_limit_MB": limits.memory_mb,
-        "files": {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode() for k, v in (files or {}).items()},
+        "files": {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode()
+                  for k, v in (files or {}).items()},
     }
     req = urllib.request.Request(target, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
 

@@ -72,7 +72,8 @@ def kill_run(proc: subprocess.Popen, token: str, rounds: int = 5) -> None:
         time.sleep(0.01)
 
 
-def run_local(program: str, *, stdin: str | bytes = "", files=None, limits: Limits, python: str | None = None) -> RunResult:
+def run_local(program: str, *, stdin: str | bytes = "", files=None, limits: Limits,
+              python: str | None = None) -> RunResult:
     """Run ``program`` with the ``local`` backend (see the module docstring for what that means).
 
     Raises:

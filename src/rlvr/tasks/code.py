@@ -70,11 +70,13 @@ def _tests_of(row: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], st
     """``(tests, entry_point)`` of a row in rlvr's own format (validated; names the test)."""
     raw, entry = row.get("tests"), row.get("entry_point")
     if not isinstance(raw, list) or not raw:
-        raise DataError(f"{where}: 'tests' must be a non-empty list of {{'assert': ...}} or {{'stdin': ..., 'stdout': ...}}")
+        raise DataError(f"{where}: 'tests' must be a non-empty list of {{'assert': ...}} or "
+                        "{'stdin': ..., 'stdout': ...}")
     tests = []
     for k, t in enumerate(raw, start=1):
         if not isinstance(t, dict) or not ({"assert"} <= set(t) or {"stdin", "stdout"} <= set(t)):
-            raise DataError(f"{where}: test {k} must be {{'assert': 'expr'}} or {{'stdin': str, 'stdout': str}}, got {t!r:.120}")
+            raise DataError(f"{where}: test {k} must be {{'assert': 'expr'}} or {{'stdin': str, 'stdout': str}}, "
+                            f"got {t!r:.120}")
         hidden = t.get("hidden", False)
         if not isinstance(hidden, bool):
             raise DataError(f"{where}: test {k}: 'hidden' must be true or false, got {hidden!r}")
@@ -133,12 +135,14 @@ def problem_from_row(row: dict[str, Any], uid: str, where: str) -> Problem:
     elif "test" in row and "entry_point" in row:  # HumanEval
         if not all(isinstance(row.get(k), str) for k in ("prompt", "test", "entry_point")):
             raise DataError(f"{where}: a HumanEval row needs string 'prompt', 'test' and 'entry_point'")
-        question = f"Complete this Python function; give the whole function in a ```python block.\n```python\n{row['prompt']}```"
+        question = ("Complete this Python function; give the whole function in a ```python block.\n"
+                    f"```python\n{row['prompt']}```")
         meta = {"tests": [{"kind": "check", "code": row["test"], "hidden": True}], "entry_point": row["entry_point"],
                 "preamble": _imports(row["prompt"])}
     else:
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise DataError(f"{where}: row has no 'prompt' (a non-empty string; fields: {', '.join(map(str, row)) or 'none'})")
+            fields = ", ".join(map(str, row)) or "none"
+            raise DataError(f"{where}: row has no 'prompt' (a non-empty string; fields: {fields})")
         tests, entry = _tests_of(row, where)
         question, meta = row["prompt"], {"tests": tests, "entry_point": entry, "preamble": ""}
     rid = row.get("id", row.get("task_id"))
@@ -174,7 +178,8 @@ def _hf_problems(cfg: Any, split: str) -> list[Problem]:
         ds = datasets.load_dataset(cfg.name, cfg.hf_config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline, unknown id, unknown split
         raise DataError(f"task.name={cfg.name!r}: cannot load split {split!r} ({type(exc).__name__}: {exc})") from None
-    return [problem_from_row(dict(r), f"{cfg.name}:{split}:{i}", f"{cfg.name} {split} row {i}") for i, r in enumerate(ds)]
+    return [problem_from_row(dict(r), f"{cfg.name}:{split}:{i}", f"{cfg.name} {split} row {i}")
+            for i, r in enumerate(ds)]
 
 
 class CodeTask:
@@ -227,7 +232,8 @@ class CodeTask:
         program = meta.get("preamble", "") + code
         bad = syntax_problem(program)
         if bad:
-            return Verdict(0.0, False, feedback=f"Your program has a syntax error ({bad}).{hint}", extracted=code, source=source)
+            fb = f"Your program has a syntax error ({bad}).{hint}"
+            return Verdict(0.0, False, feedback=fb, extracted=code, source=source)
         tests = meta["tests"]
         if tests[0]["kind"] == "io":
             outcome = run_io_tests(program, tests, self.options)
@@ -299,8 +305,8 @@ def code_task_from_config(cfg: Any) -> CodeTask:
         return CodeTask(name, None, _first(read_code_jsonl(cfg.eval_path), cfg.eval_size), opts, **common)
     rows = read_code_jsonl(cfg.path)
     if cfg.eval_path:
-        return CodeTask(name, _cap(rows, cfg.train_size, cfg.seed), _first(read_code_jsonl(cfg.eval_path), cfg.eval_size),
-                        opts, **common)
+        ev = _first(read_code_jsonl(cfg.eval_path), cfg.eval_size)
+        return CodeTask(name, _cap(rows, cfg.train_size, cfg.seed), ev, opts, **common)
     train, ev = _split(rows, cfg, str(cfg.path))
     return CodeTask(name, train, ev, opts, **common)
 

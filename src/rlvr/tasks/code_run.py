@@ -258,7 +258,8 @@ def feedback_for(outcome: Outcome, tests: list[dict[str, Any]], cfg: Any, entry_
             return f"Your program does not define the function `{entry_point}`."
         if outcome.error == "Timeout":
             return f"Loading your program took longer than {cfg.timeout_s:g} s."
-        return f"Loading your program failed: {outcome.error}{': ' + _clip(outcome.message) if outcome.message else ''}."
+        detail = f": {_clip(outcome.message)}" if outcome.message else ""
+        return f"Loading your program failed: {outcome.error}{detail}."
     if outcome.failed >= len(tests) or tests[outcome.failed].get("hidden"):
         return f"A hidden test failed ({outcome.passed} of {outcome.total} tests passed)."
     t, n = tests[outcome.failed], outcome.failed + 1
