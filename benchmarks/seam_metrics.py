@@ -24,7 +24,8 @@ from pathlib import Path
 
 # lower number = lower layer; a module may import its own layer or lower ones
 LAYERS = {
-    "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "file_kinds": 0, "core": 1, "config": 1, "config_sections": 1,
+    "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "file_kinds": 0, "sandbox": 1, "core": 1, "config": 1,
+    "config_sections": 1,
     "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2,
     "reward_pool": 2,
     "samplers": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,

@@ -151,7 +151,7 @@ class TaskConfig(_Strict):
     ``None`` meaning :data:`DEFAULT_EVAL_SIZE`.
     """
 
-    type: Literal["reasoning_gym", "jsonl", "hf_dataset", "testbed"] = "reasoning_gym"
+    type: Literal["reasoning_gym", "jsonl", "hf_dataset", "testbed", "code"] = "reasoning_gym"
     name: str = "chain_sum"
     config: dict[str, Any] = Field(default_factory=dict)
     path: str | None = None

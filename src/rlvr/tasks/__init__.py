@@ -18,6 +18,7 @@ from rlvr.errors import ConfigError
 from rlvr.file_kinds import not_regular_file
 from rlvr.tasks.answers import extract_answer, extract_answer_with_source, gold_from_gsm8k
 from rlvr.tasks.base import Problem, Task, Verdict
+from rlvr.tasks.code import CodeTask, code_task_from_config
 from rlvr.tasks.custom import RewardFnTask, load_reward_fn
 from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
 from rlvr.tasks.math import MathTask, answers_match
@@ -30,7 +31,10 @@ _BUILTIN_TYPES = ("reasoning_gym", "jsonl", "hf_dataset")
 TASK_TYPES: Registry = Registry("task.type", "rlvr.tasks.TASK_TYPES")
 """Task types provided by packages above this one: ``task.type`` → ``(TaskConfig) -> Task`` (cheap
 until ``problems()`` is called; raises ``ConfigError`` for a bad ``task.config``). :mod:`rlvr.testbed`
-registers ``testbed`` when imported (the CLI imports it), so this package imports no testbed code."""
+registers ``testbed`` when imported (the CLI imports it), so this package imports no testbed code.
+``code`` (:mod:`rlvr.tasks.code`, programs run in :mod:`rlvr.sandbox`) is registered here."""
+
+TASK_TYPES.register("code")(code_task_from_config)
 
 
 def _registered_type(name: str):
@@ -45,6 +49,7 @@ def _registered_type(name: str):
     return TASK_TYPES[name]
 
 __all__ = [
+    "CodeTask",
     "DEFAULT_SYSTEM_PROMPT",
     "FORMAT_HINT",
     "MathTask",

@@ -9,6 +9,7 @@ about a millisecond.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
@@ -17,7 +18,7 @@ import warnings
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.file_kinds import not_regular_file
@@ -189,6 +190,48 @@ def _has_marked_answer(value: Any) -> bool:
     return "####" in value or "\\boxed" in value or "\\fbox" in value or not any(c.isspace() for c in value.strip())
 
 
+def _lines(fh: Any, p: Path) -> Iterator[bytes]:
+    try:
+        yield from fh
+    except (OSError, EOFError) as exc:  # a corrupt .gz
+        raise DataError(f"{p}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def iter_json_rows(path: str | Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line number, "file:line", row)`` for each non-blank line of a JSONL file (``.gz`` read
+    through gzip), in order.
+
+    Raises:
+        DataError: the file is missing (names the path) or a folder; a line is not UTF-8 or not a
+            JSON object (names file and 1-based line).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"JSONL file {str(p)!r} is a directory (expected a .jsonl file)")
+    why = not_regular_file(p)
+    if why == "does not exist":
+        raise DataError(f"JSONL file not found: {str(p)!r}")
+    if why:  # a FIFO would block the read forever, /dev/zero never end
+        raise DataError(f"JSONL file {str(p)!r} {why} (expected a regular .jsonl file)")
+    with (gzip.open(p, "rb") if p.suffix == ".gz" else p.open("rb")) as fh:
+        for lineno, raw in enumerate(_lines(fh, p), start=1):
+            where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{where}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); "
+                                "save the file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, where, row
+
+
 def read_jsonl(path: str | Path, question_field: str = "question", answer_field: str = "answer") -> list[Problem]:
     """Read a GSM8K-style JSONL file into problems (blank lines skipped).
 
@@ -210,34 +253,12 @@ def read_jsonl(path: str | Path, question_field: str = "question", answer_field:
             and field); no row has a marked answer.
     """
     p = Path(path)
-    if p.is_dir():
-        raise DataError(f"JSONL file {str(p)!r} is a directory (expected a .jsonl file)")
-    why = not_regular_file(p)
-    if why == "does not exist":
-        raise DataError(f"JSONL file not found: {str(p)!r}")
-    if why:  # a FIFO would block the read forever, /dev/zero never end
-        raise DataError(f"JSONL file {str(p)!r} {why} (expected a regular .jsonl file)")
     out: list[Problem] = []
     unmarked: list[int] = []
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            where = f"{p}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{where}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); "
-                                "save the file as UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            out.append(_problem(f"{p.name}:{lineno}", row, question_field, answer_field, where))
-            if not _has_marked_answer(row.get(answer_field)):
-                unmarked.append(lineno)
+    for lineno, where, row in iter_json_rows(p):
+        out.append(_problem(f"{p.name}:{lineno}", row, question_field, answer_field, where))
+        if not _has_marked_answer(row.get(answer_field)):
+            unmarked.append(lineno)
     if not out:
         raise DataError(f"JSONL file {str(p)!r} has no rows")
     if unmarked:
