@@ -28,10 +28,21 @@ def _load_config(args: argparse.Namespace):
     if resume and "=" in resume and not Path(resume).exists():  # `--resume key=value`: an override, not a path
         args.overrides = [resume, *args.overrides]
         args.resume = "auto"
-    cfg = build_config(args.config, args.overrides)
+    cfg = build_config(args.config, args.overrides, plugins=getattr(args, "plugins", ()))
     validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
+
+
+def _load_cli_plugins(args: argparse.Namespace) -> None:
+    """Import the ``--plugin`` modules of any subcommand (before its config is read).
+
+    Raises:
+        ConfigError: a module fails to import (named, with the import error).
+    """
+    from rlvr.plugins import load_plugins
+
+    load_plugins(getattr(args, "plugins", None) or [])
 
 
 def _int_at_least(lo: int):

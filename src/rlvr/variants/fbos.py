@@ -13,13 +13,14 @@ import torch
 
 import rlvr.core.fbos  # noqa: F401  (registers POLICY_LOSSES["fbos_epa"])
 from rlvr.core.fbos import ecc_advantages, view_advantages
+from rlvr.config_sections import FBOSConfig
 from rlvr.errors import ConfigError
 from rlvr.parts import BATCH_ADV_ESTIMATORS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.feedback import FeedbackSampler
 from rlvr.types import RolloutBatch, is_epa_kind
 
 
-@SAMPLERS.register("feedback")
+@SAMPLERS.register("feedback", config=FBOSConfig, section="fbos")
 def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
     """``SAMPLERS["feedback"]``: a :class:`FeedbackSampler` wired from the run config (checked by
     :func:`check_fbos` beforehand)."""
@@ -30,7 +31,7 @@ def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
     )
 
 
-@BATCH_ADV_ESTIMATORS.register("fbos")
+@BATCH_ADV_ESTIMATORS.register("fbos", config=FBOSConfig, section="fbos")
 def fbos_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
     """EPA advantages on the union (or initial-only) group of each prompt, ECC advantages on its
     feedback-guided group (``fbos.ecc_baseline``: ``group`` or ``parent``), from the batch's (shaped)

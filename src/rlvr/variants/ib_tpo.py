@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from rlvr.core import tree as T
+from rlvr.config_sections import IBTPOConfig
 from rlvr.errors import ConfigError
 from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.tree import IBTreeSampler
@@ -26,7 +27,7 @@ from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import RolloutBatch
 
 
-@SAMPLERS.register("tree")
+@SAMPLERS.register("tree", config=IBTPOConfig, section="ib_tpo")
 def build_tree_sampler(ctx: SamplerContext) -> IBTreeSampler:
     """``SAMPLERS["tree"]`` factory: an :class:`IBTreeSampler` configured by ``ctx.cfg.ib_tpo``."""
     cfg = ctx.cfg
@@ -40,7 +41,7 @@ def _mean(x: list[float]) -> float:
     return sum(x) / len(x) if x else math.nan
 
 
-@BATCH_ADV_ESTIMATORS.register("ib_tree")
+@BATCH_ADV_ESTIMATORS.register("ib_tree", config=IBTPOConfig, section="ib_tpo")
 def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
     """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``meta["tree_index"]``
     and ``batch.rewards`` (leaf rows; interior nodes get their values from the leaves below them).

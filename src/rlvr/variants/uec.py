@@ -20,13 +20,14 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.uec import retention_mask, truncated_positive_mask
+from rlvr.config_sections import UECConfig
 from rlvr.errors import ConfigError
 from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.hard_prompt import HardPromptSampler
 from rlvr.types import KIND_EXPLORE, RolloutBatch
 
 
-@SAMPLERS.register("hard_prompt")
+@SAMPLERS.register("hard_prompt", config=UECConfig, section="uec")
 def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     """``SAMPLERS["hard_prompt"]``: a :class:`HardPromptSampler` configured from ``ctx.cfg.uec``."""
     u = ctx.cfg.uec
@@ -38,7 +39,7 @@ def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     )
 
 
-@BATCH_FILTERS.register("uec_retention")
+@BATCH_FILTERS.register("uec_retention", config=UECConfig, section="uec")
 def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
     """``BATCH_FILTERS["uec_retention"]``: keep the rows of :func:`rlvr.core.uec.retention_mask`.
 
