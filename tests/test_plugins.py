@@ -139,10 +139,10 @@ def test_installed_packages_register_through_the_entry_point_group(tmp_path, iso
 def test_a_part_declares_its_section_when_it_registers():
     import rlvr.trainer.components  # noqa: F401 (every built-in part)
     from rlvr.config_sections import FBOSConfig, MuGRPOConfig
-    from rlvr.parts import BATCH_ADV_ESTIMATORS, MASKS, SAMPLERS
+    from rlvr.parts import ADV_ESTIMATORS, MASKS, SAMPLERS
 
     assert SCHEDULES.section_of("staged") == "mu_grpo" and MASKS.section_of("veto") == "mu_grpo"
-    assert SAMPLERS.section_of("feedback") == BATCH_ADV_ESTIMATORS.section_of("fbos") == "fbos"
+    assert SAMPLERS.section_of("feedback") == ADV_ESTIMATORS.section_of("fbos") == "fbos"
     assert SCHEDULES.section_of("on_policy") is None
     assert CONFIG_SECTIONS["mu_grpo"] is MuGRPOConfig and CONFIG_SECTIONS["fbos"] is FBOSConfig
     reg: Registry = Registry("x", "tests.X")

@@ -22,6 +22,7 @@ from rlvr.samplers.feedback import (
 )
 from rlvr.samplers.group import PromptEncoder
 from rlvr.types import SamplingParams
+from rlvr.parts import AdvantageContext
 from rlvr.variants.fbos import fbos_advantages
 
 from fbos_fixtures import MARK, AddTask, ScriptedEngine, first_fap_correct
@@ -37,7 +38,8 @@ def make_sampler(tok, script, **fbos):
 
     def sample_with_advantages(*a, **k):  # the trainer runs the fbos estimator on what the sampler returns
         b = sample(*a, **k)
-        fbos_advantages(b, SimpleNamespace(scale_rewards="group", adv_eps=1e-6, adv_std_unbiased=True, fbos=s.cfg))
+        cfg = SimpleNamespace(scale_rewards="group", adv_eps=1e-6, adv_std_unbiased=True)
+        b.advantages, _ = fbos_advantages(b, AdvantageContext(cfg, config=s.cfg))
         return b
 
     s.sample = sample_with_advantages

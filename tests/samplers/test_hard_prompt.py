@@ -10,7 +10,7 @@ import torch
 from rlvr.config import build_config
 from rlvr.core.advantages import grpo_advantages
 from rlvr.samplers.hard_prompt import EXPLORE_GROUP_OFFSET, HardPromptSampler
-from rlvr.trainer.rollout import assign_advantages
+from rlvr.parts import ADV_ESTIMATORS, AdvantageContext, compute_advantages
 from rlvr.types import Generation, SamplingParams
 from rlvr.variants.uec import make_retention_filter
 
@@ -104,7 +104,7 @@ def _prepared(tmp_path, engine, problems, *overrides, **kw):
     cfg = build_config(overrides=[f"num_generations={G}", f"generation_batch_size={G * len(problems)}",
                                   f"logging.output_dir={tmp_path}", *overrides])
     batch = _sampler(engine, **kw).sample(problems, G, SamplingParams(max_new_tokens=4), first_group_id=0)
-    assign_advantages(batch, cfg, grpo_advantages)
+    compute_advantages(ADV_ESTIMATORS["grpo"], batch, AdvantageContext(cfg))
     return cfg, batch
 
 

@@ -200,7 +200,7 @@ class FeedbackSampler:
             A scored batch with ``context_kind`` per row, ``meta["fbos_parent_row"]`` (the row of each
             feedback-guided row's failed parent attempt, −1 for the others; read by the ``fbos``
             advantage estimator) and ``meta["metrics"]`` holding the ``fbos/*`` sampler metrics of spec §4.
-            No advantages: ``BATCH_ADV_ESTIMATORS["fbos"]`` computes them after reward shaping.
+            No advantages: ``rlvr.parts.ADV_ESTIMATORS["fbos"]`` computes them after reward shaping.
 
         Raises:
             ValueError: bad ``G1`` (see :meth:`split`).

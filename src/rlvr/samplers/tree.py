@@ -323,7 +323,7 @@ class IBTreeSampler:
         """Pack grown trees into one scored :class:`RolloutBatch`: a row per root-to-leaf path (built by
         :func:`rlvr.samplers.group.generations_to_batch`), prefix ``token_weights`` (reward-free) and a
         :class:`TreeIndex` per tree in ``meta["tree_index"]`` (as plain dicts). The advantages are not set
-        here: ``BATCH_ADV_ESTIMATORS["ib_tree"]`` computes them from the index and the (shaped) rewards."""
+        here: ``rlvr.parts.ADV_ESTIMATORS["ib_tree"]`` computes them from the index and the (shaped) rewards."""
         ib = self.ib
         gens, ctx, gids, pidx, weights, leaves, index = [], [], [], [], [], [], []
         for tree in trees:

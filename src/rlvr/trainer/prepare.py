@@ -23,7 +23,8 @@ from rlvr.lora import iter_merged, reference_policy
 from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.idle import RoundSignal
 from rlvr.trainer.metrics import rollout_metrics
-from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.parts import compute_advantages
+from rlvr.trainer.rollout import collect_generation_batch
 from rlvr.types import RolloutBatch, SamplingParams
 
 
@@ -90,9 +91,8 @@ class BatchPreparation:
         penalty; KL in the reward) → advantages → batch filters.
 
         This is the only writer of ``old_logp`` / ``ref_logp`` of a generation batch and the only place
-        advantages are computed (a batch-level estimator of :data:`rlvr.parts.BATCH_ADV_ESTIMATORS`, or a
-        group estimator of :data:`rlvr.core.advantages.ADV_ESTIMATORS`), so shaping reaches every
-        sampler's advantages.
+        advantages are computed (the estimator of :data:`rlvr.parts.ADV_ESTIMATORS`), so shaping reaches
+        every sampler's advantages.
 
         Args:
             policy_version: ``None`` (synchronous): push the current weights to the engine if needed
@@ -151,8 +151,7 @@ class BatchPreparation:
                     self._logprobs(self.model, batch)
                 if self.ref_model is not None:
                     self._logprobs(self.ref_model, batch)
-            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
-                self._assign_advantages(batch)
+            self._advantages(batch)  # joins the estimator's collectives (scale_rewards=batch), with no rows
             return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
         self._behaviour_logprobs(batch, timings, overlapped=overlapped)
         self._advantages(batch)
@@ -213,31 +212,11 @@ class BatchPreparation:
             batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
 
     def _advantages(self, batch: RolloutBatch) -> None:
-        """Advantages of the (shaped) batch: the batch-level estimator, or the group estimator with its
-        group-size check; estimator metrics join ``meta["metrics"]``."""
-        if self.batch_adv_fn is not None:
-            m = self.batch_adv_fn(batch, self.cfg) or {}
-            if m:
-                batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
-        else:
-            self._assign_advantages(batch)
-
-    def _global_batch_std(self) -> bool:
-        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
-        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
-
-    def _assign_advantages(self, batch: RolloutBatch) -> None:
-        if not self._global_batch_std():
-            assign_advantages(batch, self.cfg, self.adv_fn)
-            return
-        from rlvr.distributed.stats import global_std
-
-        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
-        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
-        if len(batch) == 0:
-            return
-        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
-        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
+        """Advantages of the (shaped) batch from the run's estimator (:func:`rlvr.parts.compute_advantages`;
+        job-wide statistics through :attr:`adv_ctx`); its metrics join ``meta["metrics"]``."""
+        m = compute_advantages(self.adv_fn, batch, self.adv_ctx)
+        if m:
+            batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print

@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.config import RLConfig
-from rlvr.core.advantages import get_adv_estimator
 from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
@@ -34,13 +33,14 @@ from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.schedules import SCHEDULES, OptimizerStep, Schedule
 from rlvr.trainer.components import (
-    BATCH_ADV_ESTIMATORS,
+    ADV_ESTIMATORS,
     BATCH_FILTERS,
     MASKS,
     SAMPLERS,
     SamplerContext,
     validate_components,
 )
+from rlvr.parts import AdvantageContext
 from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.lifecycle import (
@@ -186,8 +186,10 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
-        self.batch_adv_fn = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
-        self.adv_fn = None if self.batch_adv_fn is not None else get_adv_estimator(cfg.adv_estimator)
+        self.adv_fn = ADV_ESTIMATORS[cfg.adv_estimator]
+        section = ADV_ESTIMATORS.section_of(cfg.adv_estimator)
+        self.adv_ctx = AdvantageContext(cfg, None if section is None else getattr(cfg, section), self.world_size,
+                                        None if self.dp is None or self.world_size == 1 else self.dp.sum)
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None

@@ -3,7 +3,7 @@ estimator, the ``ib_logp_mismatch`` batch filter and the config check of the com
 
 - ``SAMPLERS["tree"]``: :class:`rlvr.samplers.tree.IBTreeSampler` built from ``cfg.ib_tpo``; it scores
   its leaves, sets the prefix ``token_weights`` and attaches the tree index (``meta["tree_index"]``).
-- ``BATCH_ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
+- ``ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
   from the tree index and the batch's (shaped) rewards — so overlong shaping and ``kl_in_reward``
   reach the tree advantages.
 - ``BATCH_FILTERS["ib_logp_mismatch"]``: logs ``ib/old_logp_mismatch`` (mean |trainer-recomputed −
@@ -21,7 +21,7 @@ import torch
 from rlvr.core import tree as T
 from rlvr.config_sections import IBTPOConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, AdvantageContext, SamplerContext
 from rlvr.samplers.tree import IBTreeSampler
 from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import RolloutBatch
@@ -41,12 +41,12 @@ def _mean(x: list[float]) -> float:
     return sum(x) / len(x) if x else math.nan
 
 
-@BATCH_ADV_ESTIMATORS.register("ib_tree", config=IBTPOConfig, section="ib_tpo")
-def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
+@ADV_ESTIMATORS.register("ib_tree", config=IBTPOConfig, section="ib_tpo")
+def ib_tree_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Tensor, dict[str, float]]:
     """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``meta["tree_index"]``
     and ``batch.rewards`` (leaf rows; interior nodes get their values from the leaves below them).
 
-    Sets ``batch.advantages`` and fills each index entry's ``values/H/I/IB/A``; returns the reward-
+    Returns the advantages and fills each index entry's ``values/H/I/IB/A``, with the reward-
     dependent ``ib/*`` metrics of spec §4 (``score_mean``, ``H_mean``, ``I_mean``, ``eff_rate_prompt``,
     ``eff_rate_node``, ``adv_global_abs``, ``adv_local_abs``, ``adv_reg_abs``, ``gate_frac``).
 
@@ -55,7 +55,7 @@ def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
 
     Source: specs/ib_tpo.md §2.2–2.6 (values, IB statistics, step advantages), §4 (metrics).
     """
-    ib = cfg.ib_tpo
+    ib = ctx.config
     entries = batch.meta.get("tree_index")
     if not entries or sum(len(e["rows"]) for e in entries) != len(batch):
         raise ValueError("adv_estimator=ib_tree needs the tree index of sampler: tree covering every row "
@@ -98,8 +98,7 @@ def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
         idx.values, idx.H, idx.I, idx.IB, idx.A = V.tolist(), stats.H.tolist(), stats.I.tolist(), stats.IB.tolist(), adv.A.tolist()
         index.append({**e, "values": idx.values, "H": idx.H, "I": idx.I, "IB": idx.IB, "A": idx.A})
     batch.meta["tree_index"] = index
-    batch.advantages = A
-    return {
+    return A, {
         "ib/score_mean": _mean(acc["IB"]), "ib/H_mean": _mean(acc["H"]), "ib/I_mean": _mean(acc["I"]),
         "ib/eff_rate_prompt": T.eff_rate_prompt(leaf_rewards), "ib/eff_rate_node": eff[0] / eff[1] if eff[1] else math.nan,
         "ib/adv_global_abs": _mean(acc["glob"]), "ib/adv_local_abs": _mean(acc["loc"]),

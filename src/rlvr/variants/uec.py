@@ -22,7 +22,7 @@ import torch
 from rlvr.core.uec import retention_mask, truncated_positive_mask
 from rlvr.config_sections import UECConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.hard_prompt import HardPromptSampler
 from rlvr.types import KIND_EXPLORE, RolloutBatch
 
@@ -86,7 +86,7 @@ def check_uec(cfg: Any) -> None:
     Raises:
         ConfigError: the advantage estimator gives per-token advantages (e.g. ``ib_tree``).
     """
-    est = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
+    est = ADV_ESTIMATORS.get(cfg.adv_estimator)
     if "uec_retention" in cfg.batch_filters and getattr(est, "per_token", False):
         raise ConfigError(f"batch_filters=[uec_retention] needs per-sequence advantages; adv_estimator="
                           f"{cfg.adv_estimator!r} gives per-token ones")
