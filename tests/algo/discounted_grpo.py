@@ -1,5 +1,5 @@
-"""A fifth algorithm, added without touching ``src/rlvr`` (issue 13 item 5; the walk-through in
-``docs/architecture.md`` "Add an algorithm" is this file).
+"""A fifth algorithm, added without touching ``src/rlvr`` (issue 13 item 5; ``docs/architecture.md`` "Add an
+algorithm" walks through the command-line example ``examples/rloo_entropy_anneal/``, this is the second).
 
 *Discounted GRPO*: the group advantage of a completion, discounted along it, ``A_t = γ^t · Â`` (early
 tokens carry more of the credit), trained only on the first ``HEAD_TOKENS`` tokens of each completion
@@ -7,7 +7,8 @@ tokens carry more of the credit), trained only on the first ``HEAD_TOKENS`` toke
 batch-level advantage estimator that needs the batch (the completion mask), and a loss mask with a
 metric — not a published method.
 
-Registering is importing this module; the recipe ``discounted_grpo.yaml`` next to it names the parts.
+Registering is importing this module; the recipe ``discounted_grpo.yaml`` next to it lists it under
+``plugins:`` (found from the recipe's folder) and names the parts.
 """
 
 from __future__ import annotations
