@@ -98,3 +98,26 @@ def test_a_rank_without_rows_still_joins_the_collectives():
     called = []
     compute_advantages(lambda b, c: called.append(1), empty, AdvantageContext(_cfg()))  # one process: not called
     assert called == [] and math.isfinite(AdvantageContext(cfg).job_std(torch.tensor(R)))
+
+
+# ------------------------------------------------------------------ typed structure fields instead of meta
+def test_select_and_concat_keep_the_row_references_aligned():
+    b = _batch()
+    b.fbos_parent_row = [-1, -1, 0, 1, -1, -1, 4, 5]
+    b.tree_index = [{"rows": [0, 1, 2, 3], "paths": [[1], [2], [3], [4]], "parent": [-1, 0, 0, 0, 0]},
+                    {"rows": [4, 5, 6, 7], "paths": [[1], [2], [3], [4]], "parent": [-1, 0, 0, 0, 0]}]
+    b.generated_tokens, b.variable_group_sizes, b.metrics = 99, True, {"s/x": 1.0}
+    s = b.select([6, 4, 2])
+    assert s.fbos_parent_row == [1, -1, -1]  # row 6's parent (row 4) is now row 1; row 2's parent (0) is gone
+    assert s.tree_index == [{"rows": [2], "paths": [[3]], "parent": [-1, 0, 0, 0, 0]},
+                            {"rows": [1, 0], "paths": [[1], [3]], "parent": [-1, 0, 0, 0, 0]}]  # leaf order kept
+    assert s.generated_tokens is None and s.variable_group_sizes and s.metrics == {"s/x": 1.0}
+    assert s.metrics is not b.metrics
+    assert b.select(range(8)).generated_tokens == 99
+    c = RolloutBatch.concat([b, s], pad_token_id=0)
+    assert c.fbos_parent_row == [-1, -1, 0, 1, -1, -1, 4, 5, 9, -1, -1]  # the second batch's rows start at 8
+    assert [e["rows"] for e in c.tree_index] == [[0, 1, 2, 3], [4, 5, 6, 7], [10], [9, 8]]
+    assert c.generated_tokens is None and c.variable_group_sizes and c.metrics == {"s/x": 1.0}
+    assert RolloutBatch.concat([b, b], 0).generated_tokens == 198
+    t = c.select([8, 9, 10])  # the selection's tree rows still point at the selection's rows
+    assert [e["rows"] for e in t.tree_index] == [[2], [1, 0]] and t.fbos_parent_row == [1, -1, -1]

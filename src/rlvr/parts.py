@@ -128,7 +128,7 @@ def compute_advantages(fn: AdvantageEstimator, batch: RolloutBatch, ctx: Advanta
 
 
 def _group_checked(batch: RolloutBatch, ctx: AdvantageContext) -> None:
-    if not batch.meta.get("variable_group_sizes"):
+    if not batch.variable_group_sizes:
         check_group_sizes(batch.group_id, ctx.cfg.num_generations)
 
 

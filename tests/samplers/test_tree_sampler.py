@@ -174,8 +174,8 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
     batch = s.sample(PROBLEMS[:3], 8, PARAMS, first_group_id=100)
     assert batch.advantages is None  # the sampler never sets advantages: the ib_tree estimator does
     est_metrics = _ib_tree(batch, s.ib)
-    assert batch.meta["variable_group_sizes"] and set(batch.group_id.tolist()) == {100, 101, 102}
-    for ti, tree in zip((TreeIndex(**d) for d in batch.meta["tree_index"]), s.last_trees):
+    assert batch.variable_group_sizes and set(batch.group_id.tolist()) == {100, 101, 102}
+    for ti, tree in zip((TreeIndex(**d) for d in batch.tree_index), s.last_trees):
         for leaf, path, row in zip(tree.leaves, ti.paths, ti.rows):
             ids = [x for u in path for x in tree.nodes[u].tokens]
             k = int(batch.completion_mask[row].sum())
@@ -195,7 +195,7 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
         for p, c in enumerate(kids):
             if len(c) >= 2:
                 assert sum(ti.values[x] - ti.values[p] for x in c) == pytest.approx(0.0, abs=1e-12)
-    m = {**batch.meta["metrics"], **est_metrics}
+    m = {**batch.metrics, **est_metrics}
     for key in ("ib/score_mean", "ib/H_mean", "ib/I_mean", "ib/eff_rate_prompt", "ib/eff_rate_node",
                 "ib/leaves_per_tree", "ib/leaves_per_budget", "ib/tokens_decode", "ib/tokens_prefill",
                 "ib/branch_depth_frac", "ib/gate_frac"):
@@ -213,7 +213,7 @@ def test_batch_reports_decoded_tokens_once_for_the_budget_meter():
     batch = s.sample(PROBLEMS[:2], 8, PARAMS)
     decoded = sum(t.tokens_decode + t.tokens_discarded for t in s.last_trees)
     assert any(t.branches for t in s.last_trees)
-    assert batch.meta["generated_tokens"] == decoded < int(batch.completion_mask.sum())
+    assert batch.generated_tokens == decoded < int(batch.completion_mask.sum())
     assert generated_counts(batch) == (len(batch), decoded)
 
 

@@ -6,7 +6,7 @@ the trainer implements. It never touches the model, the optimizer or the prompt 
 context for no-grad log-probs, and it names the actions to run before a step (``start``), which the
 trainer performs when it reaches that step (so a resumed run, which re-plans and skips the steps already
 done, does not repeat them). What a step needs beyond its rows travels in the :class:`OptimizerStep`,
-not in ``batch.meta``.
+not in the batch.
 
 Variants that replay old rollouts (UEC-RL), alternate objectives (FBOS-RL) or run very stale stages
 (μ-GRPO) are schedules, not trainers. Register one with ``@SCHEDULES.register(name)`` on a factory

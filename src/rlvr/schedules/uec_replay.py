@@ -215,7 +215,7 @@ class UECReplaySchedule:
             m["uec/low_prob_positive_frac/replay"] = low_prob_positive_fraction(logp, ent, probe.advantages, mask)
             self._probe = probe
         n_batches = self.inner.steps_per_generation * max(1, len(rb) // self.n_upd)
-        rb.meta = {}
+        rb.metrics = {}
         return [OptimizerStep(b, phase="replay") for b in split_groups(rb, n_batches, seed=self.cfg.seed * 131 + t, passes=1)]
 
     # ------------------------------------------------------------------------------ checkpoint

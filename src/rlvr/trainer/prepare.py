@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +27,22 @@ from rlvr.trainer.metrics import rollout_metrics
 from rlvr.parts import compute_advantages
 from rlvr.trainer.rollout import collect_generation_batch
 from rlvr.types import RolloutBatch, SamplingParams
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one generation round hands to the loop (the overlap thread's queue holds these).
+
+    Attributes:
+        batch: the prepared batch (advantages set, filters applied; possibly empty).
+        metrics: the round's scalars (rollout, reward, timing, sampler and estimator metrics).
+        signal: counts over every row sampled in the round, for the idle-round stop
+            (:class:`rlvr.trainer.idle.RoundSignal`).
+    """
+
+    batch: RolloutBatch
+    metrics: dict[str, float] = field(default_factory=dict)
+    signal: RoundSignal | None = None
 
 
 class BatchPreparation:
@@ -87,6 +104,14 @@ class BatchPreparation:
         return (cfg.beta > 0 and cfg.kl_in_reward) or (bool(self.schedule.needs_old_logp) and cfg.old_logprob_source == "trainer")
 
     def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+        """:meth:`prepare_round`'s ``(batch, metrics)``; in the synchronous loop its signal becomes the
+        round's (``_round_signal``, read by the idle-round stop)."""
+        r = self.prepare_round(policy_version)
+        if policy_version is None:
+            self._round_signal = r.signal
+        return r.batch, r.metrics
+
+    def prepare_round(self, policy_version: int | None = None) -> RoundResult:
         """The one preparation path of a generation batch: sample → score → shape rewards (overlong
         penalty; KL in the reward) → advantages → batch filters.
 
@@ -102,7 +127,8 @@ class BatchPreparation:
                 (``sampler_logp``).
 
         Returns:
-            ``(batch, metrics)``: the prepared batch (possibly empty) and its per-round scalars.
+            The :class:`RoundResult`: the prepared batch (possibly empty), its per-round scalars and
+            the round's signal.
         """
         cfg = self.cfg
         timings: dict[str, float] = {}
@@ -138,12 +164,9 @@ class BatchPreparation:
         timings["timing/reward_s"] = score_time
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.rollout_round += 1
-        signal_ = RoundSignal.of(cstats.raw_batches)
-        if overlapped:  # handed to the main thread with its round (trainer/overlap.py)
-            batch.meta["round_signal"] = signal_
-        else:
+        signal_ = RoundSignal.of(cstats.raw_batches)  # handed to the loop with the round (RoundResult)
+        if not overlapped:
             self.generation_round = self.rollout_round
-            self._round_signal = signal_
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
@@ -152,7 +175,7 @@ class BatchPreparation:
                 if self.ref_model is not None:
                     self._logprobs(self.ref_model, batch)
             self._advantages(batch)  # joins the estimator's collectives (scale_rewards=batch), with no rows
-            return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
+            return RoundResult(batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}, signal_)
         self._behaviour_logprobs(batch, timings, overlapped=overlapped)
         self._advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
@@ -161,7 +184,7 @@ class BatchPreparation:
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
         metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
                                        tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
-        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers, estimators and filters report scalars here
+        metrics.update(batch.metrics)  # seam: samplers, estimators and filters report scalars here
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
@@ -175,7 +198,7 @@ class BatchPreparation:
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
         if not overlapped:
             self._last_samples = self._sample_rows(batch)
-        return batch, metrics
+        return RoundResult(batch, metrics, signal_)
 
     def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float], *, overlapped: bool = False) -> None:
         """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)
@@ -213,10 +236,9 @@ class BatchPreparation:
 
     def _advantages(self, batch: RolloutBatch) -> None:
         """Advantages of the (shaped) batch from the run's estimator (:func:`rlvr.parts.compute_advantages`;
-        job-wide statistics through :attr:`adv_ctx`); its metrics join ``meta["metrics"]``."""
+        job-wide statistics through :attr:`adv_ctx`); its metrics join ``batch.metrics``."""
         m = compute_advantages(self.adv_fn, batch, self.adv_ctx)
-        if m:
-            batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
+        batch.metrics.update(m)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print

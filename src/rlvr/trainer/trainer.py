@@ -269,8 +269,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
                     gen_metrics, gen_tokens = {}, 0
                 else:
                     if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
-                        batch, gen_metrics = self._pipeline.next()
-                        self._round_signal = batch.meta.pop("round_signal", None)
+                        r = self._pipeline.next()
+                        batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
                         self._last_samples = self._sample_rows(batch)
                     else:
                         snap = round_snapshot(self)

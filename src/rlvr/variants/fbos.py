@@ -37,7 +37,7 @@ def fbos_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.T
     feedback-guided group (``fbos.ecc_baseline``: ``group`` or ``parent``), from the batch's (shaped)
     rewards: ``(advantages [N], {})``.
 
-    Reads ``context_kind`` and ``meta["fbos_parent_row"]`` (the row of each feedback-guided row's
+    Reads ``context_kind`` and ``fbos_parent_row`` (the row of each feedback-guided row's
     parent attempt, −1 for the others; set by the feedback sampler).
 
     Raises:
@@ -45,7 +45,7 @@ def fbos_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.T
 
     Source: specs/fbos_rl.md §2.6–§2.8.
     """
-    parents = batch.meta.get("fbos_parent_row")
+    parents = batch.fbos_parent_row
     if batch.context_kind is None or parents is None or len(parents) != len(batch):
         raise ValueError("adv_estimator=fbos needs the context kinds and parent rows of sampler: feedback")
     cfg = ctx.cfg

@@ -2,7 +2,7 @@
 estimator, the ``ib_logp_mismatch`` batch filter and the config check of the combination.
 
 - ``SAMPLERS["tree"]``: :class:`rlvr.samplers.tree.IBTreeSampler` built from ``cfg.ib_tpo``; it scores
-  its leaves, sets the prefix ``token_weights`` and attaches the tree index (``meta["tree_index"]``).
+  its leaves, sets the prefix ``token_weights`` and attaches the tree index (``tree_index``).
 - ``ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
   from the tree index and the batch's (shaped) rewards — so overlong shaping and ``kl_in_reward``
   reach the tree advantages.
@@ -43,7 +43,7 @@ def _mean(x: list[float]) -> float:
 
 @ADV_ESTIMATORS.register("ib_tree", config=IBTPOConfig, section="ib_tpo")
 def ib_tree_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Tensor, dict[str, float]]:
-    """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``meta["tree_index"]``
+    """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``tree_index``
     and ``batch.rewards`` (leaf rows; interior nodes get their values from the leaves below them).
 
     Returns the advantages and fills each index entry's ``values/H/I/IB/A``, with the reward-
@@ -56,10 +56,10 @@ def ib_tree_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torc
     Source: specs/ib_tpo.md §2.2–2.6 (values, IB statistics, step advantages), §4 (metrics).
     """
     ib = ctx.config
-    entries = batch.meta.get("tree_index")
+    entries = batch.tree_index
     if not entries or sum(len(e["rows"]) for e in entries) != len(batch):
         raise ValueError("adv_estimator=ib_tree needs the tree index of sampler: tree covering every row "
-                         "(meta['tree_index'] is missing or stale)")
+                         "(tree_index is missing or stale)")
     A = torch.zeros_like(batch.completion_mask)
     acc: dict[str, list[float]] = {k: [] for k in ("H", "I", "IB", "glob", "loc", "reg", "gate")}
     eff = [0, 0]
@@ -97,7 +97,7 @@ def ib_tree_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torc
         eff[1] += nb
         idx.values, idx.H, idx.I, idx.IB, idx.A = V.tolist(), stats.H.tolist(), stats.I.tolist(), stats.IB.tolist(), adv.A.tolist()
         index.append({**e, "values": idx.values, "H": idx.H, "I": idx.I, "IB": idx.IB, "A": idx.A})
-    batch.meta["tree_index"] = index
+    batch.tree_index = index
     return A, {
         "ib/score_mean": _mean(acc["IB"]), "ib/H_mean": _mean(acc["H"]), "ib/I_mean": _mean(acc["I"]),
         "ib/eff_rate_prompt": T.eff_rate_prompt(leaf_rewards), "ib/eff_rate_node": eff[0] / eff[1] if eff[1] else math.nan,
@@ -112,14 +112,14 @@ ib_tree_advantages.per_token = True  # type: ignore[attr-defined]  # [N, T] adva
 @BATCH_FILTERS.register("ib_logp_mismatch")
 def logp_mismatch_filter(cfg: Any):
     """``BATCH_FILTERS["ib_logp_mismatch"]`` factory: records ``ib/old_logp_mismatch`` in
-    ``batch.meta["metrics"]`` (mean over completion tokens of ``|old_logp − sampler_logp|``, nats)
+    ``batch.metrics`` (mean over completion tokens of ``|old_logp − sampler_logp|``, nats)
     when both are present; never drops rows."""
 
     def apply(batch: RolloutBatch) -> RolloutBatch:
         if batch.old_logp is not None and batch.sampler_logp is not None and len(batch):
             m = batch.completion_mask
             diff = ((batch.old_logp - batch.sampler_logp).abs() * m).sum() / m.sum().clamp_min(1)
-            batch.meta.setdefault("metrics", {})["ib/old_logp_mismatch"] = float(diff)
+            batch.metrics["ib/old_logp_mismatch"] = float(diff)
         return batch
 
     return apply

@@ -45,7 +45,7 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
 
     Exploration rows are those with ``context_kind == "explore"`` (set by the hard-prompt sampler);
     without ``context_kind`` every row counts as regular. Adds ``uec/retained_regular``,
-    ``uec/retained_explore`` and ``uec/dropped_truncated_positive`` to ``meta["metrics"]``.
+    ``uec/retained_explore`` and ``uec/dropped_truncated_positive`` to ``batch.metrics``.
 
     Raises:
         ValueError: the batch has no advantages, or per-token ``[N, T]`` ones.
@@ -73,7 +73,7 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
             "uec/retained_explore": float((keep & is_exp).sum()),
             "uec/dropped_truncated_positive": float(dropped_tp.sum()),
         }
-        out.meta = {**batch.meta, "metrics": {**batch.meta.get("metrics", {}), **metrics}}
+        out.metrics = {**batch.metrics, **metrics}
         return out
 
     return retention
