@@ -70,6 +70,9 @@ def test_a_yaml_plugin_is_imported_before_validation_and_its_section_is_typed(tm
     assert cfg.my_algo_a.anneal_end == 3 and cfg.my_algo_a.start == 0.1 and cfg.plugins == ["my_algo_a"]
     assert config_to_dict(cfg)["my_algo_a"] == {"anneal_end": 3, "start": 0.1}
     assert SCHEDULES.section_of("my_algo_a") == "my_algo_a"
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg)) == cfg  # by value: the class is built per set of sections
     with pytest.raises(ConfigError, match=r"my_algo_a\.anneal_ed: unknown key; did you mean 'my_algo_a\.anneal_end'\?"):
         build_config([recipe], ["my_algo_a.anneal_ed=4"])
     with pytest.raises(ConfigError, match=r"my_algo_a\.anneal_end: Input should be a valid integer"):
@@ -184,3 +187,18 @@ def test_the_staged_fresh_shuffle_check_moved_with_its_section():
     cfg = build_config(["mu_grpo"], ["engine=vllm", "max_async_level=1", "mu_grpo.stage_prompt_draw=fresh_shuffle"])
     with pytest.raises(ConfigError, match="fresh_shuffle .* use continue_loader"):
         validate_components(cfg)
+
+
+def test_the_plan_context_has_the_step_count_and_the_schedules_section(tmp_path, tiny, toy_task):
+    from rlvr.testing import small_config
+    from rlvr.trainer.trainer import Trainer
+
+    factory, tok = tiny
+    tr = Trainer(small_config(tmp_path, "schedule=staged", "steps_per_generation=2", "max_steps=6"), factory(0), tok,
+                 toy_task)
+    ctx = tr.plan_ctx
+    assert (ctx.global_step, ctx.max_steps) == (0, 6) and ctx.config is tr.cfg.mu_grpo
+    tr.global_step = 4  # what a resumed run's plan sees
+    assert ctx.global_step == 4
+    tr2 = Trainer(small_config(tmp_path / "b"), factory(0), tok, toy_task)
+    assert tr2.plan_ctx.config is None  # on_policy declares no section

@@ -233,6 +233,16 @@ class RLConfig(_Strict):
         """Prompts drawn per generation round (``generation_batch_size / num_generations``)."""
         return self.generation_batch_size // self.num_generations
 
+    def __reduce__(self):
+        """Pickle by value: the class is built per set of sections (:func:`config_model`), so unpickling
+        imports the config's ``plugins`` and validates the dump against that process's class."""
+        return (_unpickle_config, (self.model_dump(mode="python"),))
+
+
+def _unpickle_config(data: dict[str, Any]) -> RLConfig:
+    load_plugins(data.get("plugins") or [])
+    return config_model().model_validate(data)
+
 
 _MODELS: dict[tuple[tuple[str, type], ...], type[RLConfig]] = {}
 
