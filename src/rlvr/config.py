@@ -34,7 +34,7 @@ from rlvr.config_sections import (
     _Strict,
 )
 from rlvr.errors import ConfigError
-from rlvr.plugins import load_entry_points, load_plugins
+from rlvr.plugins import load_entry_points, load_plugins, plugin_list
 from rlvr.registry import CONFIG_SECTIONS
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
@@ -613,19 +613,19 @@ def build_config(
             nearest valid one), wrong type, out-of-range value, or inconsistent batch geometry.
     """
     raw: dict[str, Any] = dict(base or {})
-    names: list[Any] = _plugin_list(raw.get("plugins"), "plugins")
+    names: list[Any] = plugin_list(raw.get("plugins"), "plugins")
     folders: list[Path] = []
     for f in files or []:
         data = _apply_aliases(load_yaml(f))
-        names += _plugin_list(data.get("plugins"), f"{f}: plugins")
+        names += plugin_list(data.get("plugins"), f"{f}: plugins")
         folders.append(_config_path(f).resolve().parent)
         raw = _merge(raw, data)
     for o in overrides or []:
         key, value = parse_override(o)
         data = _apply_aliases(_nest(key, value))
-        names += _plugin_list(data.get("plugins"), "plugins")
+        names += plugin_list(data.get("plugins"), "plugins")
         raw = _merge(raw, data)
-    names = list(dict.fromkeys([*names, *_plugin_list(list(plugins), "--plugin")]))
+    names = list(dict.fromkeys([*names, *plugin_list(list(plugins), "--plugin")]))
     load_plugins(names, search=folders)
     load_entry_points()
     if names:
@@ -635,21 +635,6 @@ def build_config(
         return model.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, model)) from None
-
-
-def _plugin_list(value: Any, where: str) -> list[str]:
-    """``plugins`` as a list of strings (one string is a list of one).
-
-    Raises:
-        ConfigError: not a string or a list of strings.
-    """
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ConfigError(f"{where}: expected a list of module names or .py files, got {value!r}")
-    return [v.strip() for v in value]
 
 
 def _nest(key: str, value: Any) -> dict[str, Any]:

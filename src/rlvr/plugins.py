@@ -26,7 +26,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from rlvr.errors import ConfigError
 
@@ -98,6 +98,21 @@ def import_plugin(name: str, search: Iterable[Path] = ()):
         raise ConfigError(f"plugin {name!r} failed to import: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 (any import-time error is the plugin's, reported as such)
         raise ConfigError(f"plugin {name!r} failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def plugin_list(value: Any, where: str) -> list[str]:
+    """A config's ``plugins`` value as a list of names (``None``: none; one string is a list of one).
+
+    Raises:
+        ConfigError: not a string or a list of strings.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{where}: expected a list of module names or .py files, got {value!r}")
+    return [v.strip() for v in value]
 
 
 def load_plugins(names: Iterable[str], search: Iterable[Path] = ()) -> list[str]:
