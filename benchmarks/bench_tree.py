@@ -101,8 +101,8 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
             t = time.perf_counter()
             tb = sampler.sample(probs, G, params)
             t_tree = time.perf_counter() - t
-            m = tb.meta["metrics"]
-            steps = [len(ti.parent) - 1 for ti in tb.meta["tree_index"]]
+            m = tb.metrics
+            steps = [len(ti.parent) - 1 for ti in tb.tree_index]
             row.update({
                 f"{name}_traj": len(tb), f"{name}_tokens": int(m["ib/tokens_decode"]), f"{name}_s": t_tree,
                 f"{name}_reward": float(tb.rewards.mean()), f"{name}_rounds": m["ib/rounds_used"],

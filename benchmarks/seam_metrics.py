@@ -9,7 +9,9 @@ Prints, and writes to ``benchmarks/results/seam_metrics.json`` (or ``--out``):
 * upward imports: an edge from a lower layer to a higher one, layers per ``docs/architecture.md``
   (imports under ``if TYPE_CHECKING:`` are skipped: they run nothing);
 * private imports across packages (``from rlvr.x import _name``);
-* the grep of the issue's "done when" (control keys in ``meta``, variant names under ``trainer/``).
+* every ``meta`` access (``x.meta``, ``x.meta[...]``, ``x.meta.get(...)``, a ``meta`` field of a class), the
+  distinct keys read or written through it, and variant names under ``trainer/`` (issues 13 and 24);
+* every module has a layer (a top-level module missing from ``LAYERS`` is listed: its imports went unchecked).
 
 Run: ``python benchmarks/seam_metrics.py [--src src/rlvr] [--out FILE]`` (pure ``ast``; no imports of rlvr).
 """
@@ -24,13 +26,39 @@ from pathlib import Path
 
 # lower number = lower layer; a module may import its own layer or lower ones
 LAYERS = {
-    "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "file_kinds": 0, "sandbox": 1, "core": 1, "config": 1,
-    "config_sections": 1,
-    "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2,
+    "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "file_kinds": 0, "precision": 0, "progress": 0,
+    "loggers": 0, "core": 1, "config": 1, "config_sections": 1, "plugins": 1, "sandbox": 1,
+    "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2, "lora": 2,
     "reward_pool": 2,
-    "samplers": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,
+    "samplers": 3, "distributed": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,
     "eval": 7, "compare": 7, "testbed": 7, "testing": 7, "cli": 8, "__main__": 8, "__init__": 0,
 }
+
+
+def meta_uses(tree: ast.AST) -> tuple[int, set[str], int]:
+    """``(accesses, keys, fields)``: attribute accesses ``x.meta``, the string keys used through them
+    (``x.meta["k"]``, ``x.meta.get("k")`` / ``setdefault`` / ``pop``, ``x.meta = {"k": ...}``) and class
+    fields named ``meta``."""
+    accesses, keys, fields = 0, set(), 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "meta":
+            accesses += 1
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr", "setattr")
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "meta"):
+            accesses += 1
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "meta":
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                keys.add(node.slice.value)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "meta" and node.args and isinstance(node.args[0], ast.Constant)):
+            keys.add(str(node.args[0].value))
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "meta" for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                keys |= {str(k.value) for k in node.value.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.ClassDef):
+            fields += sum(isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name) and b.target.id == "meta"
+                          for b in node.body)
+    return accesses, keys, fields
 
 
 def module_name(path: Path, src: Path) -> str:
@@ -139,6 +167,8 @@ def main() -> None:
     known = {module_name(f, src) for f in files}
     long_files, long_funcs, upward, private = [], [], [], []
     graph: dict[str, set[str]] = {}
+    meta_access, meta_keys, meta_fields = [], set(), []
+    unlayered = sorted({m.split(".")[1] for m in known if "." in m and layer(m) is None})
     for f in files:
         text = f.read_text()
         tree = ast.parse(text)
@@ -151,6 +181,12 @@ def main() -> None:
                 n = node.end_lineno - node.lineno + 1
                 if n > 80:
                     long_funcs.append((f"{f.relative_to(src)}:{node.name}", n))
+        acc, keys, flds = meta_uses(tree)
+        if acc:
+            meta_access.append((str(f.relative_to(src)), acc))
+        if flds:
+            meta_fields.append(str(f.relative_to(src)))
+        meta_keys |= keys
         edges = graph.setdefault(mod, set())
         for name, names in imports_of(tree, mod, f.name == "__init__.py"):
             for target in resolve(name, names, known):
@@ -164,8 +200,6 @@ def main() -> None:
                 private += [f"{mod} -> {name}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
     trainer_text = "\n".join(p.read_text() for p in (src / "trainer").glob("*.py"))
     variant_words = sorted({w for w in re.findall(r"\b(FBOS|UEC|EPA|ECC|explore)\b", trainer_text, flags=re.I)})
-    all_text = "\n".join(p.read_text() for p in files)
-    meta_keys = re.findall(r'meta\["before_update"\]|loss_kwargs_fn|meta\.get\("loss_settings"', all_text)
     res = {
         "files_over_400_lines": sorted(long_files, key=lambda x: -x[1]),
         "functions_over_80_lines": sorted(long_funcs, key=lambda x: -x[1]),
@@ -173,7 +207,10 @@ def main() -> None:
         "upward_imports": sorted(set(upward)),
         "private_cross_package_imports": sorted(set(private)),
         "trainer_mentions_variant_words": variant_words,
-        "meta_control_key_hits": len(meta_keys),
+        "meta_keys": sorted(meta_keys),
+        "meta_accesses": sorted(meta_access, key=lambda x: -x[1]),
+        "meta_fields": meta_fields,
+        "modules_without_layer": unlayered,
     }
     for k, v in res.items():
         print(f"{k}: {len(v) if isinstance(v, list) else v}")

@@ -28,16 +28,15 @@ def test_decorator_registers_and_unknown_names_suggest_the_nearest():
 
 def test_every_built_in_registry_is_a_registry():
     import rlvr.trainer.components  # noqa: F401 (loads every built-in part)
-    from rlvr.core.advantages import ADV_ESTIMATORS
     from rlvr.core.policy_loss import POLICY_LOSSES
     from rlvr.models import MODEL_SOURCES
-    from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS
+    from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS
     from rlvr.schedules import SCHEDULES
     from rlvr.tasks import TASK_TYPES
 
-    regs = (ADV_ESTIMATORS, POLICY_LOSSES, MODEL_SOURCES, BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS,
+    regs = (ADV_ESTIMATORS, POLICY_LOSSES, MODEL_SOURCES, BATCH_FILTERS, CONFIG_CHECKS,
             MASKS, SAMPLERS, SCHEDULES, TASK_TYPES)
     assert all(isinstance(r, Registry) for r in regs)
     assert {"on_policy", "staged", "fbos", "uec_replay"} <= set(SCHEDULES)
     assert {"group", "tree", "feedback", "hard_prompt"} <= set(SAMPLERS)
-    assert {"ib_tree", "fbos"} <= set(BATCH_ADV_ESTIMATORS) and "ib_tree" not in ADV_ESTIMATORS
+    assert {"grpo", "rloo", "ib_tree", "fbos"} <= set(ADV_ESTIMATORS)  # one advantage registry

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
 # The sections live in rlvr.config_sections; rlvr.config stays their public home (re-exported).
 from rlvr.config_sections import (
@@ -35,14 +35,23 @@ from rlvr.config_sections import (
 )
 from rlvr.errors import ConfigError
 from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
+from rlvr.plugins import load_entry_points, load_plugins, plugin_list
+from rlvr.registry import CONFIG_SECTIONS
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 
 
 class RLConfig(_Strict):
-    """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1)."""
+    """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1).
+
+    The parts' own sections (``mu_grpo``, ``uec``, ``ib_tpo``, ``fbos`` and any a plugin declares) are
+    not fields of this class: :func:`build_config` validates with :func:`config_model`, a subclass with
+    one field per :data:`rlvr.registry.CONFIG_SECTIONS` entry.
+    """
 
     seed: int = 0
+    # modules imported before validation (their parts and sections become known; rlvr.plugins)
+    plugins: list[str] = Field(default_factory=list)
     max_steps: int = Field(20, ge=1)
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
@@ -110,11 +119,7 @@ class RLConfig(_Strict):
     schedule: str = "on_policy"
     loss_masks: list[str] = Field(default_factory=list)
     batch_filters: list[str] = Field(default_factory=list)
-    # variant sub-configs (each variant adds its own section below this line)
-    mu_grpo: MuGRPOConfig = Field(default_factory=MuGRPOConfig)
-    uec: UECConfig = Field(default_factory=UECConfig)
-    ib_tpo: IBTPOConfig = Field(default_factory=IBTPOConfig)
-    fbos: FBOSConfig = Field(default_factory=FBOSConfig)
+    # the parts' own sections (mu_grpo, uec, ib_tpo, fbos, plugins'): rlvr.registry.CONFIG_SECTIONS, config_model()
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     save_total_limit: int | None = Field(None, ge=1)  # keep the newest N checkpoint-* folders (TRL's name)
@@ -207,11 +212,6 @@ class RLConfig(_Strict):
                 f"vllm_importance_sampling_correction with max_async_level={self.max_async_level}: overlapped rounds "
                 "take their old log-probs from the engine, so there is no trainer-side old policy to correct towards"
             )
-        if self.max_async_level > 0 and self.schedule == "staged" and self.mu_grpo.stage_prompt_draw == "fresh_shuffle":
-            raise ValueError(
-                "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
-                f"max_async_level={self.max_async_level} later stages are drawn before it: use continue_loader"
-            )
         if self.engine == "vllm" and self.model.lora.r > 0:
             raise ValueError(
                 "engine=vllm with model.lora.r > 0 is not supported: the server is given full weights, not LoRA "
@@ -234,6 +234,38 @@ class RLConfig(_Strict):
     def prompts_per_generation(self) -> int:
         """Prompts drawn per generation round (``generation_batch_size / num_generations``)."""
         return self.generation_batch_size // self.num_generations
+
+    def __reduce__(self):
+        """Pickle by value: the class is built per set of sections (:func:`config_model`), so unpickling
+        imports the config's ``plugins`` and validates the dump against that process's class."""
+        return (_unpickle_config, (self.model_dump(mode="python"),))
+
+
+def _unpickle_config(data: dict[str, Any]) -> RLConfig:
+    load_plugins(data.get("plugins") or [])
+    return config_model().model_validate(data)
+
+
+_MODELS: dict[tuple[tuple[str, type], ...], type[RLConfig]] = {}
+
+
+def config_model() -> type[RLConfig]:
+    """The run-config class for the sections registered now: :class:`RLConfig` plus one field per
+    :data:`rlvr.registry.CONFIG_SECTIONS` entry (``name: Model = Model()``), built once per set of
+    sections (``pydantic.create_model``), so a section is as strict as a built-in one.
+
+    Raises:
+        ConfigError: a registered section's name is already a field of :class:`RLConfig`.
+    """
+    key = tuple(CONFIG_SECTIONS.items())
+    if key not in _MODELS:
+        clash = [n for n, _ in key if n in RLConfig.model_fields]
+        if clash:
+            raise ConfigError(f"config sections {clash} are already keys of RLConfig: a part must declare its "
+                              "section under a new top-level name")
+        fields: dict[str, Any] = {n: (m, Field(default_factory=m)) for n, m in key}
+        _MODELS[key] = create_model("RLConfig", __base__=RLConfig, __module__=__name__, **fields)
+    return _MODELS[key]
 
 
 def _int(v: Any, default: int) -> int | None:
@@ -433,14 +465,16 @@ def _suggest(model: type[BaseModel], path: tuple[Any, ...], bad: str) -> str:
     return f"; valid keys here: {', '.join(sorted(names))}"
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: ``key.path: what was expected (got value)``."""
+def format_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: ``key.path: what was expected (got value)``; an unknown key gets the nearest
+    key of ``model`` (default: :func:`config_model`, the run config with the registered sections)."""
+    model = model or config_model()
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
         key = ".".join(str(p) for p in loc) or "<config>"
         if err["type"] == "extra_forbidden":
-            lines.append(f"{key}: unknown key{_suggest(RLConfig, loc[:-1], str(loc[-1]))}")
+            lines.append(f"{key}: unknown key{_suggest(model, loc[:-1], str(loc[-1]))}")
             continue
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
@@ -533,9 +567,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.file_kinds.CONFIG_MAX_BYTES`, is not
             valid YAML (or not UTF-8), repeats a key, or is not a mapping.
     """
-    p = Path(path)
-    if not p.exists() and not p.suffix and (RECIPES_DIR / f"{path}.yaml").exists():
-        p = RECIPES_DIR / f"{path}.yaml"
+    p = _config_path(path)
     if not p.exists():
         known = ", ".join(sorted(x.stem for x in RECIPES_DIR.glob("*.yaml")))
         raise ConfigError(f"config file {str(path)!r} not found (built-in recipes: {known})")
@@ -558,6 +590,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _config_path(path: str | Path) -> Path:
+    """``path``, or the built-in recipe it names (``grpo`` → ``rlvr/recipes/grpo.yaml``)."""
+    p = Path(path)
+    if not p.exists() and not p.suffix and (RECIPES_DIR / f"{path}.yaml").exists():
+        p = RECIPES_DIR / f"{path}.yaml"
+    return p
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in extra.items():
@@ -569,24 +609,45 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_config(
-    files: list[str | Path] | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+    files: list[str | Path] | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None,
+    plugins: list[str] | tuple[str, ...] = (),
 ) -> RLConfig:
-    """Merge YAML files (later wins), then ``key=value`` overrides, resolve aliases and validate.
+    """Merge YAML files (later wins), then ``key=value`` overrides, resolve aliases, import the plugins,
+    and validate.
+
+    Two passes: the merged mapping's ``plugins`` (every file's and override's list, in order, joined with
+    ``plugins``, e.g. the CLI's ``--plugin``) are imported first (:func:`rlvr.plugins.load_plugins`; a
+    file entry is looked up from the working directory, then from each config file's folder), and so
+    are the ``rlvr.plugins`` entry points of installed packages; then the whole mapping is validated
+    against :func:`config_model`, which knows every section those imports declared.
 
     Raises:
-        ConfigError: any unreadable file, unknown key (with the nearest valid one), wrong type,
-            out-of-range value, or inconsistent batch geometry.
+        ConfigError: any unreadable file, a plugin that cannot be imported, unknown key (with the
+            nearest valid one), wrong type, out-of-range value, or inconsistent batch geometry.
     """
     raw: dict[str, Any] = dict(base or {})
+    names: list[Any] = plugin_list(raw.get("plugins"), "plugins")
+    folders: list[Path] = []
     for f in files or []:
-        raw = _merge(raw, _apply_aliases(load_yaml(f)))
+        data = _apply_aliases(load_yaml(f))
+        names += plugin_list(data.get("plugins"), f"{f}: plugins")
+        folders.append(_config_path(f).resolve().parent)
+        raw = _merge(raw, data)
     for o in overrides or []:
         key, value = parse_override(o)
-        raw = _merge(raw, _apply_aliases(_nest(key, value)))
+        data = _apply_aliases(_nest(key, value))
+        names += plugin_list(data.get("plugins"), "plugins")
+        raw = _merge(raw, data)
+    names = list(dict.fromkeys([*names, *plugin_list(list(plugins), "--plugin")]))
+    load_plugins(names, search=folders)
+    load_entry_points()
+    if names:
+        raw["plugins"] = names
+    model = config_model()
     try:
-        return RLConfig.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise ConfigError(format_validation_error(exc, model)) from None
 
 
 def _nest(key: str, value: Any) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 switches, ``distributed`` and one section per variant: ``uec``, ``ib_tpo``, ``fbos``, ``mu_grpo``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
-:class:`~rlvr.config.RLConfig` and re-exports every class here.
+:class:`~rlvr.config.RLConfig` and re-exports every class here. The four variants' sections are not
+fields of ``RLConfig``: they are registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`, declared
+here so that a config builds without importing the variants; their parts declare the same models when
+they register), the way a plugin's part declares its own.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlvr.registry import register_section
 
 
 DEFAULT_EVAL_SIZE = 100
@@ -505,3 +510,8 @@ prompts cause; the server itself is started with ``--seed`` = the run seed. ``we
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vllm.url must start with http:// or https://, got {self.url!r}")
         return self
+
+
+# the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
+for _name, _model in (("mu_grpo", MuGRPOConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
+    register_section(_name, _model)

@@ -12,6 +12,16 @@ A lookup of an unknown name raises :class:`UnknownNameError`, which is at the sa
 (a failed mapping lookup), a ``ValueError`` (a bad configuration value) and an
 :class:`rlvr.errors.ConfigError` (the CLI exits 2); its message names the config key, every registered
 name and the nearest one.
+
+A part may declare its own typed config section when it registers (``config=`` a pydantic model,
+``section=`` the top-level YAML key, default the part's name)::
+
+    @SCHEDULES.register("entropy_annealed", config=EntropyAnnealConfig, section="entropy_anneal")
+    def make(cfg): ...          # cfg.entropy_anneal is an EntropyAnnealConfig
+
+The section joins :data:`CONFIG_SECTIONS`, which :func:`rlvr.config.build_config` validates the YAML
+against (strict keys, nearest-name errors), so it must be registered before the config is built: the
+CLI imports plugins first (:mod:`rlvr.plugins`).
 """
 
 from __future__ import annotations
@@ -46,22 +56,44 @@ class Registry(Generic[F]):
         self.where = where
         self.hint = hint
         self._items: dict[str, F] = dict(initial or {})
+        self._sections: dict[str, str] = {}
 
-    def register(self, name: str, *, replace: bool = False) -> Callable[[F], F]:
+    def register(
+        self, name: str, *, replace: bool = False, config: type | None = None, section: str | None = None
+    ) -> Callable[[F], F]:
         """Decorator adding the decorated callable under ``name``; returns it unchanged.
 
+        Args:
+            name: the name a recipe uses.
+            replace: allow replacing another object already registered under ``name``.
+            config: the part's typed config section (a pydantic model class with defaults for every
+                field); added to :data:`CONFIG_SECTIONS` under ``section``.
+            section: the top-level config key of ``config`` (default ``name``); several parts may
+                share one section (FBOS-RL's sampler, estimator and schedule all read ``fbos``).
+
         Raises:
-            ValueError: ``name`` is already registered with another object and ``replace`` is false.
+            ValueError: ``name`` is already registered with another object and ``replace`` is false;
+                ``section`` given without ``config``; ``section`` already holds another model.
         """
+        if section is not None and config is None:
+            raise ValueError(f"{self.where}: {name!r}: section={section!r} needs config= (its pydantic model)")
+        if config is not None:
+            register_section(section or name, config)
 
         def deco(fn: F) -> F:
             old = self._items.get(name)
             if old is not None and old is not fn and not replace:
                 raise ValueError(f"{self.where}: {name!r} is already registered ({old!r}); pass replace=True")
             self._items[name] = fn
+            if config is not None:
+                self._sections[name] = section or name
             return fn
 
         return deco
+
+    def section_of(self, name: str) -> str | None:
+        """The config section the part ``name`` declared when it registered (``None``: none)."""
+        return self._sections.get(name)
 
     def unknown(self, name: object, hint: str = "") -> UnknownNameError:
         """The error for an unknown ``name`` (nearest registered name suggested)."""
@@ -126,3 +158,19 @@ class Registry(Generic[F]):
 
     def __repr__(self) -> str:
         return f"Registry({self.where}: {sorted(self._items)})"
+
+
+CONFIG_SECTIONS: Registry[type] = Registry("config section", "rlvr.registry.CONFIG_SECTIONS")
+"""Top-level config key → the pydantic model of that section (declared by parts when they register,
+see :meth:`Registry.register`; :func:`rlvr.config.config_model` makes each a field of the run config)."""
+
+
+def register_section(name: str, model: type) -> type:
+    """Declare the config section ``name`` (a top-level YAML key) validated by ``model``; returns ``model``.
+
+    Registering the same model again under the same name is a no-op (several parts share a section).
+
+    Raises:
+        ValueError: ``name`` already holds another model.
+    """
+    return CONFIG_SECTIONS.register(name)(model)

@@ -8,7 +8,9 @@ Layout for ``save_rollouts(batch, folder, name)``:
 * ``<name>.safetensors`` — every tensor field under its field name (``completion_ids``,
   ``advantages``, ...) and each reward component as ``reward_components/<key>``;
 * ``<name>.json`` — the list fields (``context_ids``, ``texts``, ``feedback``, ``context_kind``),
-  ``meta`` (JSON-serialisable entries only) and the problems as plain dicts.
+  the sampler structure (``tree_index``, ``fbos_parent_row``, ``variable_group_sizes``,
+  ``generated_tokens``, ``metrics``) under ``structure``, and the problems as plain dicts. (Files
+  written before the structure fields existed kept it under ``meta``; it is read from there.)
 
 Loading never runs code from the files: safetensors holds raw tensors, JSON holds plain data.
 Problems are restored by ``uid`` from a caller-given mapping (the task's own objects, exact) and
@@ -30,6 +32,7 @@ from rlvr.types import RolloutBatch
 
 FORMAT_VERSION = 1
 _LIST_FIELDS = ("context_ids", "texts", "feedback", "context_kind")
+_STRUCTURE_FIELDS = ("tree_index", "fbos_parent_row", "variable_group_sizes", "generated_tokens", "metrics")
 
 
 def _jsonable(value: Any) -> bool:
@@ -53,9 +56,9 @@ def _problem_to_dict(p: Any) -> dict[str, Any]:
 
 def rollouts_to_state(batch: RolloutBatch, *, warn: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(tensors, doc)``: every tensor field under its name (reward components as
-    ``reward_components/<key>``) and a JSON-serialisable document with the list fields, ``meta`` (its
-    JSON-serialisable entries; the others are named in ``meta_dropped``, with a warning when ``warn``)
-    and the problems as plain dicts. The one serialiser of :class:`RolloutBatch` (files: :func:`save_rollouts`;
+    ``reward_components/<key>``) and a JSON-serialisable document with the list fields, the sampler
+    structure (``metrics`` entries that are not JSON numbers are named in ``metrics_dropped``, with a
+    warning when ``warn``) and the problems as plain dicts. The one serialiser of :class:`RolloutBatch` (files: :func:`save_rollouts`;
     in-memory checkpoint state: the UEC replay buffers)."""
     tensors: dict[str, torch.Tensor] = {}
     for f in dataclasses.fields(batch):
@@ -64,20 +67,17 @@ def rollouts_to_state(batch: RolloutBatch, *, warn: bool = True) -> tuple[dict[s
             tensors[f.name] = v.detach().contiguous().clone()
     for k, v in batch.reward_components.items():
         tensors[f"reward_components/{k}"] = v.detach().contiguous().clone()
-    meta, dropped = {}, []
-    for k, v in batch.meta.items():
-        if _jsonable(v):
-            meta[k] = v
-        else:
-            dropped.append(k)
+    structure = {k: getattr(batch, k) for k in _STRUCTURE_FIELDS}
+    dropped = [k for k, v in batch.metrics.items() if not _jsonable(v)]
+    structure["metrics"] = {k: v for k, v in batch.metrics.items() if k not in dropped}
     if dropped and warn:
-        warnings.warn(f"save_rollouts: meta keys {dropped} are not JSON-serialisable and were not saved", stacklevel=3)
+        warnings.warn(f"save_rollouts: metrics {dropped} are not JSON-serialisable and were not saved", stacklevel=3)
     doc = {
         "format_version": FORMAT_VERSION,
         "num_rows": len(batch),
         "lists": {k: getattr(batch, k) for k in _LIST_FIELDS},
-        "meta": meta,
-        "meta_dropped": dropped,
+        "structure": structure,
+        "metrics_dropped": dropped,
         "problems": [_problem_to_dict(p) for p in batch.problems],
     }
     return tensors, doc
@@ -107,7 +107,10 @@ def rollouts_from_state(
         kwargs[k] = doc["lists"].get(k)
     kwargs["context_ids"] = [list(map(int, c)) for c in kwargs["context_ids"]]
     kwargs["reward_components"] = comps
-    kwargs["meta"] = dict(doc.get("meta", {}))
+    structure = doc.get("structure", doc.get("meta", {}))  # "meta": files written before the typed fields
+    for k in _STRUCTURE_FIELDS:
+        if structure.get(k) is not None:
+            kwargs[k] = structure[k]
     probs = []
     for d in doc.get("problems", []):
         uid = d.get("uid")
@@ -127,7 +130,7 @@ def rollouts_from_state(
 def save_rollouts(batch: RolloutBatch, folder: str | Path, name: str = "rollouts") -> list[Path]:
     """Write ``batch`` as ``folder/<name>.safetensors`` + ``folder/<name>.json`` (:func:`rollouts_to_state`).
 
-    ``meta`` entries that are not JSON-serialisable are left out with a warning naming them.
+    ``metrics`` entries that are not JSON-serialisable are left out with a warning naming them.
 
     Returns:
         the two paths written.
@@ -176,14 +179,14 @@ def load_rollouts(
 def batches_equal(a: RolloutBatch, b: RolloutBatch) -> bool:
     """True when every tensor, list and reward component of ``a`` and ``b`` match exactly (NaN = NaN).
 
-    ``problems`` are compared by ``uid`` and ``meta`` by its JSON-serialisable entries.
+    ``problems`` are compared by ``uid`` and ``metrics`` by its JSON-serialisable entries.
     """
     for f in dataclasses.fields(RolloutBatch):
         x, y = getattr(a, f.name), getattr(b, f.name)
         if f.name == "problems":
             if [getattr(p, "uid", p) for p in x] != [getattr(p, "uid", p) for p in y]:
                 return False
-        elif f.name == "meta":
+        elif f.name == "metrics":
             if {k: v for k, v in x.items() if _jsonable(v)} != {k: v for k, v in y.items() if _jsonable(v)}:
                 return False
         elif f.name == "reward_components":

@@ -69,13 +69,16 @@ class ModelPlanContext:
         pad_token_id: padding id.
         generation_round: the round a schedule plans (1-based; set it between ``plan`` calls).
         settings: the run's loss settings (default :class:`rlvr.core.objective.LossSettings`).
+        global_step: optimizer updates done before the plan (set it between ``plan`` calls).
+        max_steps: the run's ``max_steps``.
+        config: the schedule's config section (``None``: none declared).
 
     Attributes:
         actions: start actions run through :meth:`reset_optimizer` / :meth:`reshuffle_prompts` (names, in order).
     """
 
     def __init__(self, model: Any, pad_token_id: int, generation_round: int = 1, settings: Any = None,
-                 rows_per_micro: int = 8) -> None:
+                 rows_per_micro: int = 8, global_step: int = 0, max_steps: int = 1, config: Any = None) -> None:
         from rlvr.core.objective import LossSettings
 
         self.model = model
@@ -83,6 +86,9 @@ class ModelPlanContext:
         self.generation_round = generation_round
         self.settings = settings if settings is not None else LossSettings()
         self.rows_per_micro = rows_per_micro
+        self.global_step = global_step
+        self.max_steps = max_steps
+        self.config = config
         self.actions: list[str] = []
 
     def logprobs(self, batch: Any, *, with_entropy: bool = False):

@@ -154,7 +154,16 @@ class RolloutBatch:
         correct: ``[N]`` bool, the verifier's pass/fail for pass-rate metrics.
         texts / feedback: decoded completions and verifier feedback, for logging.
         problems: the source problems (indexed by ``prompt_index``).
-        meta: free-form, per-batch.
+
+    Structure a sampler attaches for its estimator (typed; :meth:`select` and :meth:`concat` keep it
+    aligned with the rows):
+        tree_index: IB-TPO's trees, one plain dict per tree (:class:`rlvr.samplers.tree_struct.TreeIndex`
+            fields); ``rows[i]`` is the batch row of leaf ``paths[i]``.
+        fbos_parent_row: ``N`` ints, the row of each feedback-guided row's parent attempt (−1: none).
+        variable_group_sizes: groups may differ from ``num_generations`` rows (exploration groups, trees).
+        generated_tokens: decode tokens the sampler spent on this batch (a tree row's path shares
+            tokens with others); ``None``: the completion tokens.
+        metrics: the sampler's, estimator's and filters' scalars for this batch (logged once per round).
     """
 
     context_ids: list[list[int]]
@@ -178,7 +187,11 @@ class RolloutBatch:
     texts: list[str] | None = None
     feedback: list[str | None] | None = None
     problems: list[Any] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    tree_index: list[dict[str, Any]] | None = None
+    fbos_parent_row: list[int] | None = None
+    variable_group_sizes: bool = False
+    generated_tokens: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.context_ids)
@@ -198,7 +211,9 @@ class RolloutBatch:
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "RolloutBatch":
         """Rows ``index`` (in that order) as a new batch; per-row fields are indexed, ``problems`` is
-        shared and ``meta`` is copied (shallow).
+        shared, ``metrics`` copied; the row references of ``tree_index`` (leaves of unselected rows
+        dropped) and ``fbos_parent_row`` (−1 where the parent is not selected) are renumbered;
+        ``generated_tokens`` is not known for a part of a batch (``None``).
 
         The padded width is cut to the longest selected row, so a micro-batch never carries
         padding it does not need.
@@ -214,10 +229,21 @@ class RolloutBatch:
         width = int(self.completion_mask[idx].sum(dim=1).max().item()) if rows else 0
         width = max(width, 1)
         out: dict[str, Any] = {}
+        new_row: dict[int, int] = {}
+        for new, old in enumerate(rows):
+            new_row.setdefault(old, new)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "meta":
-                out[f.name] = dict(value)  # per-batch: a schedule may tag one selection without touching others
+            if f.name == "metrics":
+                out[f.name] = dict(value)
+            elif f.name == "variable_group_sizes":
+                out[f.name] = value
+            elif f.name == "generated_tokens":
+                out[f.name] = value if rows == list(range(n)) else None
+            elif f.name == "tree_index" and value is not None:
+                out[f.name] = _renumber_trees(value, new_row)
+            elif f.name == "fbos_parent_row" and value is not None:
+                out[f.name] = [new_row.get(value[i], -1) if value[i] >= 0 else -1 for i in rows]
             elif value is None or f.name == "problems":
                 out[f.name] = value
             elif f.name == "reward_components":
@@ -236,7 +262,10 @@ class RolloutBatch:
         """Stack batches row-wise, padding ``[N, T]`` fields to the widest.
 
         ``problems`` are concatenated and ``prompt_index`` is shifted accordingly; group ids
-        must already be distinct across batches (the sampler guarantees it).
+        must already be distinct across batches (the sampler guarantees it). Row references
+        (``tree_index`` rows, ``fbos_parent_row``) are shifted by each batch's first row;
+        ``variable_group_sizes`` is any batch's, ``generated_tokens`` the sum (``None`` unless every
+        batch has it), ``metrics`` the first batch's.
 
         Raises:
             ValueError: no batches, or one batch has a field set that another lacks.
@@ -246,15 +275,27 @@ class RolloutBatch:
         width = max(b.completion_ids.shape[1] for b in batches)
         out: dict[str, Any] = {}
         offsets, total = [], 0
+        row_offsets, n_rows = [], 0
         for b in batches:
             offsets.append(total)
             total += len(b.problems)
+            row_offsets.append(n_rows)
+            n_rows += len(b)
         for f in dataclasses.fields(RolloutBatch):
             values = [getattr(b, f.name) for b in batches]
             if f.name == "problems":
                 out[f.name] = [p for b in batches for p in b.problems]
-            elif f.name == "meta":
-                out[f.name] = dict(batches[0].meta)
+            elif f.name == "metrics":
+                out[f.name] = dict(values[0])
+            elif f.name == "variable_group_sizes":
+                out[f.name] = any(values)
+            elif f.name == "generated_tokens":
+                out[f.name] = None if any(v is None for v in values) else sum(values)
+            elif f.name == "tree_index" and any(v is not None for v in values):
+                out[f.name] = [{**e, "rows": [r + off for r in e["rows"]]}
+                               for v, off in zip(values, row_offsets) for e in (v or [])]
+            elif f.name == "fbos_parent_row" and all(v is not None for v in values):
+                out[f.name] = [p + off if p >= 0 else -1 for v, off in zip(values, row_offsets) for p in v]
             elif f.name == "prompt_index":
                 out[f.name] = torch.cat([v + off for v, off in zip(values, offsets)])
             elif f.name == "reward_components":
@@ -275,6 +316,17 @@ class RolloutBatch:
             else:
                 out[f.name] = [x for v in values for x in v]
         return RolloutBatch(**out)
+
+
+def _renumber_trees(entries: list[dict[str, Any]], new_row: dict[int, int]) -> list[dict[str, Any]]:
+    """Tree index entries of a selection: each entry's leaves (``rows`` and the aligned ``paths``) kept
+    where their row is selected, renumbered; entries left without a leaf are dropped."""
+    out = []
+    for e in entries:
+        keep = [i for i, r in enumerate(e["rows"]) if r in new_row]
+        if keep:
+            out.append({**e, "rows": [new_row[e["rows"][i]] for i in keep], "paths": [e["paths"][i] for i in keep]})
+    return out
 
 
 def _pad_right(x: torch.Tensor, width: int, fill: float) -> torch.Tensor:

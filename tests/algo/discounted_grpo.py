@@ -1,5 +1,5 @@
-"""A fifth algorithm, added without touching ``src/rlvr`` (issue 13 item 5; the walk-through in
-``docs/architecture.md`` "Add an algorithm" is this file).
+"""A fifth algorithm, added without touching ``src/rlvr`` (issue 13 item 5; ``docs/architecture.md`` "Add an
+algorithm" walks through the command-line example ``examples/rloo_entropy_anneal/``, this is the second).
 
 *Discounted GRPO*: the group advantage of a completion, discounted along it, ``A_t = γ^t · Â`` (early
 tokens carry more of the credit), trained only on the first ``HEAD_TOKENS`` tokens of each completion
@@ -7,7 +7,8 @@ tokens carry more of the credit), trained only on the first ``HEAD_TOKENS`` toke
 batch-level advantage estimator that needs the batch (the completion mask), and a loss mask with a
 metric — not a published method.
 
-Registering is importing this module; the recipe ``discounted_grpo.yaml`` next to it names the parts.
+Registering is importing this module; the recipe ``discounted_grpo.yaml`` next to it lists it under
+``plugins:`` (found from the recipe's folder) and names the parts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from rlvr.core.advantages import check_group_sizes, grpo_advantages
-from rlvr.parts import BATCH_ADV_ESTIMATORS, CONFIG_CHECKS, MASKS
+from rlvr.parts import ADV_ESTIMATORS, CONFIG_CHECKS, MASKS, AdvantageContext
 from rlvr.errors import ConfigError
 from rlvr.types import RolloutBatch
 
@@ -27,23 +28,24 @@ HEAD_TOKENS = 6
 """Tokens of each completion that enter the loss."""
 
 
-@BATCH_ADV_ESTIMATORS.register("discounted_grpo")
-def discounted_grpo_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
-    """Sets ``batch.advantages`` ``[N, T]`` = ``γ^t · Â_i`` with ``Â`` the GRPO group advantage of the
-    (shaped) rewards (``scale_rewards``, ``adv_eps``, ``adv_std_unbiased`` from the run config), 0 at
-    padding. Returns ``{"discount/adv_token_mean": mean |A_t| over completion tokens}``.
+@ADV_ESTIMATORS.register("discounted_grpo")
+def discounted_grpo_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantages ``[N, T]`` = ``γ^t · Â_i`` with ``Â`` the GRPO group advantage of the (shaped) rewards
+    (``scale_rewards``, ``adv_eps``, ``adv_std_unbiased`` from the run config), 0 at padding, and
+    ``{"discount/adv_token_mean": mean |A_t| over completion tokens}``.
 
     Raises:
         ValueError: a group is not ``num_generations`` rows.
     """
+    cfg = ctx.cfg
     check_group_sizes(batch.group_id, cfg.num_generations)
     a = grpo_advantages(batch.rewards, batch.group_id, scale_rewards=cfg.scale_rewards, adv_eps=cfg.adv_eps,
                         std_unbiased=cfg.adv_std_unbiased)
     T = batch.completion_mask.shape[1]
     disc = GAMMA ** torch.arange(T, dtype=torch.float32)
-    batch.advantages = a[:, None] * disc[None, :] * batch.completion_mask
     m = batch.completion_mask
-    return {"discount/adv_token_mean": float((batch.advantages.abs() * m).sum() / m.sum().clamp(min=1))}
+    adv = a[:, None] * disc[None, :] * m
+    return adv, {"discount/adv_token_mean": float((adv.abs() * m).sum() / m.sum().clamp(min=1))}
 
 
 discounted_grpo_advantages.per_token = True  # the UEC retention filter's check refuses per-token advantages

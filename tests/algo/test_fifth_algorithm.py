@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import discounted_grpo as algo  # registers the parts
+import discounted_grpo as algo  # the recipe's plugins: entry; imported here for its constants
 from rlvr.config import build_config
 from rlvr.errors import ConfigError
 from rlvr.trainer.components import validate_components

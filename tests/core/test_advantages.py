@@ -19,9 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.core import (
-    ADV_ESTIMATORS,
     check_group_sizes,
-    get_adv_estimator,
     group_stats,
     grpo_advantages,
     mean_group_std,
@@ -29,8 +27,6 @@ from rlvr.core import (
     rloo_advantages,
     zero_std_group_fraction,
 )
-from rlvr.core._registry import UnknownNameError
-from rlvr.errors import ConfigError
 
 R = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 4.0, 4.0], dtype=torch.float64)
 G = torch.tensor([0, 0, 0, 1, 1, 1, 1])
@@ -168,7 +164,7 @@ def test_shuffle_invariance(sizes, seed, scale, est):
     rng = random.Random(seed)
     g = torch.tensor([k for k, s in enumerate(sizes) for _ in range(s)])
     r = torch.tensor([float(rng.choice([0, 0.5, 1, 2])) for _ in range(len(g))], dtype=torch.float64)
-    fn = get_adv_estimator(est)
+    fn = {"grpo": grpo_advantages, "rloo": rloo_advantages}[est]
     a = fn(r, g, scale_rewards=scale, adv_eps=1e-6, std_unbiased=True)
     perm = list(range(len(g)))
     rng.shuffle(perm)
@@ -206,24 +202,6 @@ def test_check_group_sizes_rejects_bad_args():
 
 
 # ---------------------------------------------------------------- registry and validation
-
-
-def test_registry_uniform_signature():
-    assert set(ADV_ESTIMATORS) >= {"grpo", "rloo"}
-    for name in ("grpo", "rloo"):  # variants may register estimators that need their sampler's data
-        fn = ADV_ESTIMATORS[name]
-        out = fn(R, G, scale_rewards="group", adv_eps=1e-6, std_unbiased=True)
-        assert out.shape == R.shape
-    assert get_adv_estimator("grpo") is grpo_advantages
-
-
-def test_unknown_estimator_names_registry():
-    with pytest.raises(ValueError, match=r"adv_estimator: unknown name 'gae' .*'grpo', .*'rloo'") as e:
-        get_adv_estimator("gae")
-    assert isinstance(e.value, KeyError)
-    assert isinstance(e.value, UnknownNameError)
-    assert isinstance(e.value, ConfigError)
-    assert "ADV_ESTIMATORS" in str(e.value)
 
 
 def test_invalid_inputs_raise():

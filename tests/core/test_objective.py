@@ -8,13 +8,13 @@ import torch
 from rlvr.core import (
     LOSS_AGG_MODES,
     LossSettings,
-    UnknownNameError,
     aggregate,
     grpo_advantages,
     policy_objective,
     reduce_objective_metrics,
     truncation_mask,
 )
+from rlvr.registry import UnknownNameError
 
 # ragged [3, 5] weights: n_i = 3, 5, 1; Σ W = 9; B = 3
 W = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float64)

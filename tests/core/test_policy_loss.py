@@ -32,7 +32,7 @@ from rlvr.core import (
     get_policy_loss,
     importance_log_ratio,
 )
-from rlvr.core._registry import UnknownNameError
+from rlvr.registry import UnknownNameError
 
 RHO = [0.5, 0.9, 1.0, 1.1, 1.25, 1.5]
 

@@ -22,6 +22,7 @@ from rlvr.samplers.feedback import (
 )
 from rlvr.samplers.group import PromptEncoder
 from rlvr.types import SamplingParams
+from rlvr.parts import AdvantageContext
 from rlvr.variants.fbos import fbos_advantages
 
 from fbos_fixtures import MARK, AddTask, ScriptedEngine, first_fap_correct
@@ -37,7 +38,8 @@ def make_sampler(tok, script, **fbos):
 
     def sample_with_advantages(*a, **k):  # the trainer runs the fbos estimator on what the sampler returns
         b = sample(*a, **k)
-        fbos_advantages(b, SimpleNamespace(scale_rewards="group", adv_eps=1e-6, adv_std_unbiased=True, fbos=s.cfg))
+        cfg = SimpleNamespace(scale_rewards="group", adv_eps=1e-6, adv_std_unbiased=True)
+        b.advantages, _ = fbos_advantages(b, AdvantageContext(cfg, config=s.cfg))
         return b
 
     s.sample = sample_with_advantages
@@ -61,9 +63,9 @@ def test_zero_success_prompt_is_rescued_by_exactly_g2_fap_rollouts(tiny):
     assert r_union.tolist() == [0, 0, 0, 0, 1, 0, 0, 0]
     assert torch.allclose(b.advantages[epa], grpo_advantages(r_union, b.group_id[epa]))
     assert (b.advantages[epa] != 0).all()
-    assert b.meta["metrics"]["fbos/rescued_frac"] == 1.0
-    assert b.meta["metrics"]["fbos/zero_adv_frac_before"] == 1.0
-    assert b.meta["metrics"]["fbos/zero_adv_frac_after"] == 0.0
+    assert b.metrics["fbos/rescued_frac"] == 1.0
+    assert b.metrics["fbos/zero_adv_frac_before"] == 1.0
+    assert b.metrics["fbos/zero_adv_frac_after"] == 0.0
     ecc = ~epa
     assert torch.allclose(b.advantages[ecc], grpo_advantages(b.rewards[ecc], b.group_id[ecc]))
     assert len(set(b.group_id[ecc].tolist()) & set(b.group_id[epa].tolist())) == 0
@@ -106,7 +108,7 @@ def test_trigger_policy_and_budget_parity(tiny, trigger):
 
     s, engine, task = make_sampler(tok, script, trigger=trigger)
     b = s.sample(task.problems("train")[:3], 8, SamplingParams())
-    m = b.meta["metrics"]
+    m = b.metrics
     assert m["fbos/sequences_per_prompt"] == 8 and m["fbos/sequences_per_prompt_min"] == 8
     gen_per_prompt = [0, 0, 0]
     for r in engine.requests:
@@ -169,8 +171,8 @@ def test_fap_level_none_has_no_feedback_block_and_cap_truncates(tiny):
     s2, engine2, _ = make_sampler(tok, lambda ctx, k: long if MARK not in ctx else "z", fap_max_prompt_length=120)
     b2 = s2.sample(task.problems("train")[:1], 4, SamplingParams())
     assert all(len(r.context_ids) <= 120 for r in fap_requests(engine2))
-    assert b2.meta["metrics"]["fbos/fap_truncated"] >= 1
-    assert b.meta["metrics"]["fbos/fap_truncated"] == 0
+    assert b2.metrics["fbos/fap_truncated"] >= 1
+    assert b.metrics["fbos/fap_truncated"] == 0
 
 
 def test_meta_reference_filter_initial_only_and_positive_only(tiny):
@@ -186,7 +188,7 @@ def test_meta_reference_filter_initial_only_and_positive_only(tiny):
     assert b.context_kind.count(KIND_FEEDBACK) == 4  # ECC keeps all FAP rollouts
     off_texts = [t for t, k in zip(b.texts, b.context_kind) if k == KIND_ORIGINAL_OFFPOLICY]
     assert off_texts and all("previous attempt" not in t for t in off_texts)
-    assert b.meta["metrics"]["fbos/meta_ref_frac"] == 0.5
+    assert b.metrics["fbos/meta_ref_frac"] == 0.5
     s, _, _ = make_sampler(tok, script, epa_group="initial_only")
     b = s.sample(task.problems("train")[:1], 8, SamplingParams())
     assert KIND_ORIGINAL_OFFPOLICY not in b.context_kind and b.context_kind.count(KIND_FEEDBACK) == 4

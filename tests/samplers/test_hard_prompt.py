@@ -10,7 +10,7 @@ import torch
 from rlvr.config import build_config
 from rlvr.core.advantages import grpo_advantages
 from rlvr.samplers.hard_prompt import EXPLORE_GROUP_OFFSET, HardPromptSampler
-from rlvr.trainer.rollout import assign_advantages
+from rlvr.parts import ADV_ESTIMATORS, AdvantageContext, compute_advantages
 from rlvr.types import Generation, SamplingParams
 from rlvr.variants.uec import make_retention_filter
 
@@ -79,8 +79,8 @@ def test_extra_rollouts_exactly_and_only_for_zero_pass_prompts():
     assert batch.prompt_index[exp].eq(0).all() and batch.group_id[exp].eq(40 + EXPLORE_GROUP_OFFSET).all()
     assert batch.group_id[reg].tolist() == [40] * 5 + [41] * 5 + [42] * 5
     assert all(c == [1, 10] for c in batch.context_ids[15:])
-    assert batch.meta["variable_group_sizes"] is True
-    m = batch.meta["metrics"]
+    assert batch.variable_group_sizes is True
+    m = batch.metrics
     assert m["uec/hard_prompt_frac"] == pytest.approx(1 / 3)
     assert m["uec/explore_rollouts"] == GX and m["uec/explore_solve_frac"] == 1.0
     assert m["uec/explore_pass_rate"] == pytest.approx(3 / 20)
@@ -90,7 +90,7 @@ def test_no_hard_prompt_no_exploration_call():
     eng = StubEngine()
     batch = _sampler(eng).sample(_problems(3)[1:], G, SamplingParams(max_new_tokens=4))
     assert len(eng.calls) == 1 and len(batch) == 2 * G
-    assert batch.meta["metrics"]["uec/explore_rollouts"] == 0
+    assert batch.metrics["uec/explore_rollouts"] == 0
     eng0 = StubEngine()
     _sampler(eng0, hard_pass_rate_max=0.0).sample(_problems(1), G, SamplingParams(), first_group_id=0)
     assert len(eng0.calls) == 2
@@ -104,7 +104,7 @@ def _prepared(tmp_path, engine, problems, *overrides, **kw):
     cfg = build_config(overrides=[f"num_generations={G}", f"generation_batch_size={G * len(problems)}",
                                   f"logging.output_dir={tmp_path}", *overrides])
     batch = _sampler(engine, **kw).sample(problems, G, SamplingParams(max_new_tokens=4), first_group_id=0)
-    assign_advantages(batch, cfg, grpo_advantages)
+    compute_advantages(ADV_ESTIMATORS["grpo"], batch, AdvantageContext(cfg))
     return cfg, batch
 
 
@@ -124,7 +124,7 @@ def test_retention_and_advantages_wiring(tmp_path):
     # retained: prompt 1's 5 regular rows (|Â| > 0.05) and exploration successes 2 and 7 (11 was truncated)
     assert sorted(int(c) - 100 for c, k in zip(out.completion_ids[:, 0], kinds) if k == "explore") == [2, 7]
     assert kinds.count("regular") == 5 and out.group_id[:5].eq(1).all()
-    m = out.meta["metrics"]
+    m = out.metrics
     assert (m["uec/retained_regular"], m["uec/retained_explore"], m["uec/dropped_truncated_positive"]) == (5, 2, 1)
     assert m["uec/hard_prompt_frac"] == 0.5  # sampler metrics are kept
 

@@ -17,9 +17,16 @@ from rlvr.samplers.tree import IBTreeSampler, PromptTree, TokenTexts, segment_st
 from rlvr.tasks.base import Problem
 from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import Generation, SamplingParams
+from rlvr.parts import AdvantageContext
 from rlvr.variants.ib_tpo import ib_tree_advantages
 
 EOS = 2
+
+
+def _ib_tree(batch, ib):
+    """The ``ib_tree`` estimator as the trainer runs it: its advantages stored, its metrics returned."""
+    batch.advantages, metrics = ib_tree_advantages(batch, AdvantageContext(None, config=ib))
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------- fakes
@@ -166,9 +173,9 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
                      scorer=CoinScorer(3))
     batch = s.sample(PROBLEMS[:3], 8, PARAMS, first_group_id=100)
     assert batch.advantages is None  # the sampler never sets advantages: the ib_tree estimator does
-    est_metrics = ib_tree_advantages(batch, SimpleNamespace(ib_tpo=s.ib))
-    assert batch.meta["variable_group_sizes"] and set(batch.group_id.tolist()) == {100, 101, 102}
-    for ti, tree in zip((TreeIndex(**d) for d in batch.meta["tree_index"]), s.last_trees):
+    est_metrics = _ib_tree(batch, s.ib)
+    assert batch.variable_group_sizes and set(batch.group_id.tolist()) == {100, 101, 102}
+    for ti, tree in zip((TreeIndex(**d) for d in batch.tree_index), s.last_trees):
         for leaf, path, row in zip(tree.leaves, ti.paths, ti.rows):
             ids = [x for u in path for x in tree.nodes[u].tokens]
             k = int(batch.completion_mask[row].sum())
@@ -188,7 +195,7 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
         for p, c in enumerate(kids):
             if len(c) >= 2:
                 assert sum(ti.values[x] - ti.values[p] for x in c) == pytest.approx(0.0, abs=1e-12)
-    m = {**batch.meta["metrics"], **est_metrics}
+    m = {**batch.metrics, **est_metrics}
     for key in ("ib/score_mean", "ib/H_mean", "ib/I_mean", "ib/eff_rate_prompt", "ib/eff_rate_node",
                 "ib/leaves_per_tree", "ib/leaves_per_budget", "ib/tokens_decode", "ib/tokens_prefill",
                 "ib/branch_depth_frac", "ib/gate_frac"):
@@ -206,7 +213,7 @@ def test_batch_reports_decoded_tokens_once_for_the_budget_meter():
     batch = s.sample(PROBLEMS[:2], 8, PARAMS)
     decoded = sum(t.tokens_decode + t.tokens_discarded for t in s.last_trees)
     assert any(t.branches for t in s.last_trees)
-    assert batch.meta["generated_tokens"] == decoded < int(batch.completion_mask.sum())
+    assert batch.generated_tokens == decoded < int(batch.completion_mask.sum())
     assert generated_counts(batch) == (len(batch), decoded)
 
 
@@ -268,13 +275,13 @@ def test_constant_reward_tree_gives_no_update_and_the_gradient_matches_by_hand(t
     settings = LossSettings(loss_agg_mode="token-mean")
     # 1) every leaf rewarded alike: advantages exactly 0, so no gradient at all
     same = s.extract([_tree_with_rewards(prompt, spans, parents, {3: 1.0, 5: 1.0})], [PROBLEMS[0]], PARAMS)
-    ib_tree_advantages(same, SimpleNamespace(ib_tpo=ib))
+    _ib_tree(same, ib)
     assert same.advantages.abs().max() == 0
     policy_update(model, opt, same, settings, pad_token_id=0, rows_per_micro=8, step_optimizer=False)
     assert all(p.grad is None or p.grad.abs().max() == 0 for p in model.parameters())
     # 2) disagreeing leaves: gradient = ∇ of −Σ W·A·logp / Σ W (ratio 1 on-policy), by hand
     diff = s.extract([_tree_with_rewards(prompt, spans, parents, {3: 1.0, 5: 0.0})], [PROBLEMS[0]], PARAMS)
-    ib_tree_advantages(diff, SimpleNamespace(ib_tpo=ib))
+    _ib_tree(diff, ib)
     assert diff.advantages.abs().max() > 0
     policy_update(model, opt, diff, settings, pad_token_id=0, rows_per_micro=1, step_optimizer=False,
                   max_grad_norm=None)
@@ -314,7 +321,7 @@ def test_ib_tree_estimator_and_tree_sampler_only_together(tmp_path):
         with pytest.raises(ConfigError, match="sampler: tree|dynamic_sampling|per-sequence"):
             validate_components(small_config(tmp_path, *over))
     with pytest.raises(ValueError, match="sampler: tree"):  # called on a batch without a tree index
-        ib_tree_advantages(_toy_batch(), SimpleNamespace(ib_tpo=IBTPOConfig()))
+        _ib_tree(_toy_batch(), IBTPOConfig())
 
 
 def _toy_batch():

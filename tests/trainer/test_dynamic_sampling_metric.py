@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.core.advantages import get_adv_estimator
+from rlvr.parts import ADV_ESTIMATORS, AdvantageContext, compute_advantages
 from rlvr.rewards import ScoreStats
-from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.trainer.rollout import collect_generation_batch
 from rlvr.types import RolloutBatch
 
 G = 4
@@ -48,7 +48,7 @@ def test_dapo_drops_an_all_wrong_group_of_mixed_lengths():
         batch, stats, _ = collect_generation_batch(_draw, _score, cfg, pad_token_id=0)
     assert batch.group_id.unique().tolist() == [1]
     assert stats.groups_kept == 1 and stats.shortfall == 1
-    assign_advantages(batch, cfg, get_adv_estimator(cfg.adv_estimator))
+    compute_advantages(ADV_ESTIMATORS[cfg.adv_estimator], batch, AdvantageContext(cfg))
     assert (batch.advantages[torch.tensor(CORRECT[G:])] > 0).all()  # only right answers are reinforced
     assert (batch.advantages[~torch.tensor(CORRECT[G:])] < 0).all()
 
@@ -59,7 +59,7 @@ def test_metric_reward_filters_on_the_shaped_total():
     cfg = _dapo("dynamic_sampling.metric=reward")
     batch, _, _ = collect_generation_batch(_draw, _score, cfg, pad_token_id=0)
     assert batch.group_id.unique().tolist() == [0, 1]
-    assign_advantages(batch, cfg, get_adv_estimator(cfg.adv_estimator))
+    compute_advantages(ADV_ESTIMATORS[cfg.adv_estimator], batch, AdvantageContext(cfg))
     assert batch.advantages[0] > 0 and not CORRECT[0]
 
 

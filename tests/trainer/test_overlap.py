@@ -109,8 +109,10 @@ def test_async_needs_a_server_engine(tmp_path):
 
     with pytest.raises(ConfigError, match="max_async_level=1 needs engine=vllm"):
         small_config(tmp_path, "max_async_level=1")
-    with pytest.raises(ConfigError, match="fresh_shuffle"):
-        small_config(tmp_path, "max_async_level=1", "engine=vllm", "schedule=staged",
-                     "mu_grpo.stage_prompt_draw=fresh_shuffle")
+    from rlvr.trainer.components import validate_components
+
+    with pytest.raises(ConfigError, match="fresh_shuffle"):  # the mu_grpo section's check (rlvr.variants.mu_grpo)
+        validate_components(small_config(tmp_path, "max_async_level=1", "engine=vllm", "schedule=staged",
+                                         "mu_grpo.stage_prompt_draw=fresh_shuffle"))
     with pytest.raises(ConfigError, match="vllm_importance_sampling_correction with max_async_level"):
         small_config(tmp_path, "max_async_level=1", "engine=vllm", "vllm_importance_sampling_correction=true")

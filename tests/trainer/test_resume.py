@@ -221,8 +221,9 @@ def test_rollout_io_roundtrip_is_exact_and_pickle_free(tmp_path, tiny):
     batch, _ = tr.generate_batch()
     batch.old_logp = torch.randn(batch.completion_mask.shape)
     batch.reward_components["maybe"] = torch.tensor([float("nan")] + [1.0] * (len(batch) - 1))
-    batch.meta["variable_group_sizes"] = True
-    batch.meta["settings"] = object()
+    batch.variable_group_sizes = True
+    batch.fbos_parent_row = [-1] + [0] * (len(batch) - 1)
+    batch.metrics = {"x/y": 1.5, "settings": object()}
     with pytest.warns(UserWarning, match="settings"):
         save_rollouts(batch, tmp_path / "r", "b")
     by_uid = {p.uid: p for p in tr.loader.problems}
@@ -231,7 +232,7 @@ def test_rollout_io_roundtrip_is_exact_and_pickle_free(tmp_path, tiny):
     assert all(p is by_uid[p.uid] for p in back.problems)
     rebuilt = load_rollouts(tmp_path / "r", "b")  # without the task: rebuilt Problem values
     assert [p.question for p in rebuilt.problems] == [p.question for p in batch.problems]
-    assert back.meta == {"variable_group_sizes": True}
+    assert back.variable_group_sizes and back.fbos_parent_row == batch.fbos_parent_row and back.metrics == {"x/y": 1.5}
 
 
 def _fake_checkpoint(out: Path, cfg) -> Path:

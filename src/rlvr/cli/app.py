@@ -7,7 +7,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from rlvr.cli.common import EXIT_CONFIG, EXIT_IDLE, EXIT_RUNTIME
+from rlvr.cli.common import EXIT_CONFIG, EXIT_IDLE, EXIT_RUNTIME, _load_cli_plugins
 from rlvr.cli.compare import cmd_compare
 from rlvr.cli.evaluate import cmd_eval, cmd_eval_merge, cmd_plot
 from rlvr.cli.export import cmd_export
@@ -39,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"train": cmd_train, "eval": cmd_eval, "eval-merge": cmd_eval_merge, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
+        _load_cli_plugins(args)
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"rlvr: configuration error: {exc}", file=sys.stderr)

@@ -31,10 +31,21 @@ def _load_config(args: argparse.Namespace):
     from rlvr.precision import check_environment
 
     check_environment()  # a bad RLVR_CPU_BF16 is a configuration error now, not a traceback after the model loads
-    cfg = build_config(args.config, args.overrides)
+    cfg = build_config(args.config, args.overrides, plugins=getattr(args, "plugins", ()))
     validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
+
+
+def _load_cli_plugins(args: argparse.Namespace) -> None:
+    """Import the ``--plugin`` modules of any subcommand (before its config is read).
+
+    Raises:
+        ConfigError: a module fails to import (named, with the import error).
+    """
+    from rlvr.plugins import load_plugins
+
+    load_plugins(getattr(args, "plugins", None) or [])
 
 
 def _int_at_least(lo: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def _compare_spec(args: argparse.Namespace):
     spec.base_configs += args.base
     spec.common_configs += args.common
     spec.common += args.overrides
+    if getattr(args, "plugins", None):  # recorded in every run's config, so worker processes import them too
+        spec.common.append("plugins=" + json.dumps(list(args.plugins)))
     spec.__post_init__()
     return spec
 

@@ -18,6 +18,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. learning_rate=1e-5 task.name=basic_arithmetic")
 
 
+def _plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], dest="plugins", metavar="MODULE",
+                   help="import MODULE (pkg.module or path/to/file.py) first, so the parts and config sections "
+                        "it registers are known; repeatable (also: plugins: [...] in the config)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rlvr`` argument parser."""
     from rlvr import __version__
@@ -74,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="end this call at the first optimizer step after SECONDS: the run in progress writes a "
                          "checkpoint and resumes on the next call (fits long runs into time-limited slots; --jobs 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
+    for p in (t, e, em, ex, pl, cp):
+        _plugin_flag(p)
     return parser
 
 

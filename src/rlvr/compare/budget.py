@@ -127,10 +127,10 @@ def generated_counts(batch: Any, view_only_kinds: tuple[str, ...] = ()) -> tuple
     """``(sequences, tokens)`` a sampler generated for ``batch``: rows whose ``context_kind`` is in
     ``view_only_kinds`` repeat another row's tokens under a second context (FBOS-RL's ECC view) and are
     not counted again. A sampler whose rows share generated prefixes (IB-TPO's tree: each leaf row holds
-    its whole root-to-leaf path) reports the tokens it actually decoded in ``meta["generated_tokens"]``,
+    its whole root-to-leaf path) reports the tokens it actually decoded in ``generated_tokens``,
     which then wins over the sum of the rows' completion masks (that sum would charge each shared
     prefix once per leaf, and an equal-token budget would then be unfair to the tree)."""
     rows = batch.generated_rows(view_only_kinds)
-    decoded = (getattr(batch, "meta", None) or {}).get("generated_tokens")
+    decoded = getattr(batch, "generated_tokens", None)
     toks = int(decoded) if decoded is not None else int(batch.completion_mask[rows].sum())
     return len(rows), toks

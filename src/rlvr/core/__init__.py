@@ -1,18 +1,15 @@
 """Pure tensor math of GRPO and its variants (``docs/grpo.md``): no I/O, models or configs.
 
-Modules: :mod:`~rlvr.core.advantages` (group advantages, registry ``ADV_ESTIMATORS``),
+Modules: :mod:`~rlvr.core.advantages` (group advantages; the estimator registry is ``rlvr.parts.ADV_ESTIMATORS``),
 :mod:`~rlvr.core.masks`, :mod:`~rlvr.core.aggregation` (``loss_agg_mode``),
 :mod:`~rlvr.core.policy_loss` (clipped surrogate, registry ``POLICY_LOSSES``), :mod:`~rlvr.core.kl`,
 :mod:`~rlvr.core.logprobs` (chunked LM-head log-probs and entropy), :mod:`~rlvr.core.objective` (the total
 loss and its metrics), :mod:`~rlvr.core.pass_at_k`.
 """
 
-from rlvr.core._registry import UnknownNameError
 from rlvr.core.advantages import (
-    ADV_ESTIMATORS,
     SCALE_REWARDS_MODES,
     check_group_sizes,
-    get_adv_estimator,
     group_stats,
     grpo_advantages,
     mean_group_std,
@@ -42,7 +39,6 @@ from rlvr.core.policy_loss import (
 )
 
 __all__ = [
-    "ADV_ESTIMATORS",
     "IMPORTANCE_SAMPLING_LEVELS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
@@ -51,7 +47,6 @@ __all__ = [
     "SEQ_DENOMINATORS",
     "AggDenominators",
     "LossSettings",
-    "UnknownNameError",
     "aggregate",
     "canonical_kl_estimator",
     "check_kl_is_correction",
@@ -60,7 +55,6 @@ __all__ = [
     "combine_masks",
     "compute_denominators",
     "entropy_from_logits",
-    "get_adv_estimator",
     "get_policy_loss",
     "group_stats",
     "grpo_advantages",

@@ -12,18 +12,12 @@ advantage of exactly ``0.0`` (and a ``std`` of exactly ``0.0``), independent of 
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Protocol
 
 import torch
 
-from rlvr.registry import Registry
-
 __all__ = [
-    "ADV_ESTIMATORS",
     "SCALE_REWARDS_MODES",
-    "AdvantageEstimator",
     "check_group_sizes",
-    "get_adv_estimator",
     "group_stats",
     "grpo_advantages",
     "mean_group_std",
@@ -33,25 +27,6 @@ __all__ = [
 ]
 
 SCALE_REWARDS_MODES = ("group", "batch", "none")
-
-
-class AdvantageEstimator(Protocol):
-    """Signature shared by every entry of :data:`ADV_ESTIMATORS`.
-
-    ``fn(rewards[N], group_id[N], *, scale_rewards, adv_eps, std_unbiased) -> advantages [N]``
-    (a variant may return ``[N, T]`` per-token advantages). Estimators ignore the keywords they do
-    not use.
-    """
-
-    def __call__(
-        self,
-        rewards: torch.Tensor,
-        group_id: torch.Tensor,
-        *,
-        scale_rewards: str = "group",
-        adv_eps: float = 1e-6,
-        std_unbiased: bool = True,
-    ) -> torch.Tensor: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -317,7 +292,7 @@ def rloo_advantages(rewards: torch.Tensor, group_id: torch.Tensor, **ignored) ->
 
     Args:
         rewards: ``[N]`` rewards. group_id: ``[N]`` integer group ids.
-        **ignored: the registry's keywords (``scale_rewards``, ``adv_eps``, ``std_unbiased``) are
+        **ignored: GRPO's keywords (``scale_rewards``, ``adv_eps``, ``std_unbiased``) are
             accepted and ignored: RLOO does not scale.
 
     Returns:
@@ -339,30 +314,6 @@ def rloo_advantages(rewards: torch.Tensor, group_id: torch.Tensor, **ignored) ->
     zero = (gs.constant | single)[gs.inv]
     adv = torch.where(zero, torch.zeros_like(adv), adv)
     return adv.to(dt)
-
-
-ADV_ESTIMATORS: Registry[Callable[..., torch.Tensor]] = Registry(
-    "adv_estimator", "rlvr.core.advantages.ADV_ESTIMATORS",
-    "Variants register their own estimators with @ADV_ESTIMATORS.register(name).",
-    {"grpo": grpo_advantages, "rloo": rloo_advantages},
-)
-"""Registry ``adv_estimator`` name → group estimator with the :class:`AdvantageEstimator` signature
-``(rewards [N], group_id [N], ...) -> [N]``. Estimators that need more of the batch than rewards and
-groups (a tree, context kinds) are batch-level ones, registered in
-:data:`rlvr.samplers.parts.BATCH_ADV_ESTIMATORS` under the same config key.
-Source: grpo_core.md §3 (verl vocabulary)."""
-
-
-def get_adv_estimator(name: str) -> Callable[..., torch.Tensor]:
-    """Look up an advantage estimator by name in :data:`ADV_ESTIMATORS`.
-
-    Raises:
-        UnknownNameError: (a ``KeyError`` and ``ValueError``) the name is not registered; the message
-            lists the registered names and the nearest one.
-
-    Source: grpo_core.md §3, §15.
-    """
-    return ADV_ESTIMATORS[name]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -61,3 +61,19 @@ class Engine(Protocol):
             KeyError: a name the engine's model does not have.
         """
         ...
+
+
+def engine_eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The tokenizer's eos id plus the model's ``generation_config.eos_token_id`` (int or list).
+
+    Interpretation: as transformers' ``generate``, every id in ``generation_config.eos_token_id`` ends a
+    sequence (chat models list their end-of-turn token there), and the tokenizer's own eos does too.
+    Shared by every engine (here, beside the protocol, so that no engine imports the factory).
+    """
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen is not None:
+        ids.update(int(i) for i in ([gen] if isinstance(gen, int) else gen))
+    return ids

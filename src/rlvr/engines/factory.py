@@ -15,22 +15,12 @@ from typing import Any
 
 import torch
 
+from rlvr.engines.base import engine_eos_ids
 from rlvr.errors import ConfigError
 
-__all__ = ["build_engine", "check_engine_config", "engine_eos_ids", "vllm_dtype", "write_served_policy"]
+__all__ = ["build_engine", "check_engine_config", "vllm_dtype", "write_served_policy"]
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def engine_eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """The tokenizer's eos id plus the model's ``generation_config.eos_token_id`` (int or list)."""
-    ids: set[int] = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if gen is not None:
-        ids.update(int(i) for i in ([gen] if isinstance(gen, int) else gen))
-    return ids
 
 
 def vllm_dtype(cfg: Any, model: Any = None) -> str:

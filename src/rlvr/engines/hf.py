@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from rlvr.engines.factory import engine_eos_ids
+from rlvr.engines.base import engine_eos_ids
 from rlvr.engines.kv_cache import new_cache as _new_cache
 from rlvr.engines.kv_cache import trim_left as _trim_left
 from rlvr.engines.sampling import sample_from_logits

@@ -197,10 +197,10 @@ class FeedbackSampler:
         """Two rounds for ``len(problems)`` prompts, ``num_generations`` generated sequences each.
 
         Returns:
-            A scored batch with ``context_kind`` per row, ``meta["fbos_parent_row"]`` (the row of each
+            A scored batch with ``context_kind`` per row, ``fbos_parent_row`` (the row of each
             feedback-guided row's failed parent attempt, −1 for the others; read by the ``fbos``
-            advantage estimator) and ``meta["metrics"]`` holding the ``fbos/*`` sampler metrics of spec §4.
-            No advantages: ``BATCH_ADV_ESTIMATORS["fbos"]`` computes them after reward shaping.
+            advantage estimator) and ``metrics`` holding the ``fbos/*`` sampler metrics of spec §4.
+            No advantages: ``rlvr.parts.ADV_ESTIMATORS["fbos"]`` computes them after reward shaping.
 
         Raises:
             ValueError: bad ``G1`` (see :meth:`split`).
@@ -224,10 +224,9 @@ class FeedbackSampler:
         batch.feedback = [r.feedback for r in rows]
         batch.texts = [r.text for r in rows]
         batch.reward_components[getattr(self.scorer.task, "name", "task")] = batch.rewards.clone()
-        batch.meta["variable_group_sizes"] = True
-        batch.meta["fbos_parent_row"] = [r.parent for r in rows]
-        batch.meta["metrics"] = self._metrics(batch, b1, b2, plan, meta_ref, g1, s1.errors + s2.errors)
-        batch.meta["fbos"] = {"G1": g1, "G2": g2, "triggered": plan.triggered, "fap_requests": len(plan.fap_rows(b2))}
+        batch.variable_group_sizes = True
+        batch.fbos_parent_row = [r.parent for r in rows]
+        batch.metrics = self._metrics(batch, b1, b2, plan, meta_ref, g1, s1.errors + s2.errors)
         return batch
 
     def _initial_round(

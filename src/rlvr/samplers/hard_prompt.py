@@ -12,7 +12,7 @@ in one more engine call (none when no prompt is hard). The two sets are joined i
   ``first_group_id + 500_000 + p`` for problem ``p``), so the trainer's unchanged GRPO estimator computes
   exploration advantages within the G′ group alone; ``pooled`` reuses the regular group's id;
 * ``context_kind`` is ``"regular"`` / ``"explore"`` per row (the retention filter reads it);
-* ``meta["variable_group_sizes"] = True`` (groups of G and G′), ``meta["metrics"]`` holds the
+* ``variable_group_sizes = True`` (groups of G and G′), ``metrics`` holds the
   ``uec/*`` sampling metrics of ``docs/uec_rl.md`` §4.
 
 Source: docs/uec_rl.md §2.1–§2.2 and the implementation notes (conditional second-round sampler).
@@ -163,12 +163,12 @@ class HardPromptSampler:
             kinds += [KIND_EXPLORE] * n_exp
         self.totals["rollouts/explore"] += n_exp
         batch.context_kind = kinds
-        batch.meta = {**regular.meta, "variable_group_sizes": True}
+        batch.variable_group_sizes = True
         m["uec/explore_rollouts"] = float(n_exp)
         m["uec/tokens_generated/regular"] = float(regular.completion_mask.sum())
         m["uec/verifier_errors"] = float(errors)
         m.update({f"uec/total/{k}": float(v) for k, v in self.totals.items()})
-        batch.meta["metrics"] = dict(m)
+        batch.metrics = dict(m)
         self.history.append(dict(m))
         return batch
 

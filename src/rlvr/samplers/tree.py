@@ -305,8 +305,8 @@ class IBTreeSampler:
 
         Returns a scored batch: ``context_ids`` = prompt ids, ``completion_ids`` = the whole path,
         ``sampler_logp`` = the concatenated behaviour log-probs, ``token_weights`` ``[N, T]`` (prefix
-        weighting), ``group_id`` = ``first_group_id + tree``; ``meta["tree_index"]`` holds a
-        :class:`TreeIndex` per tree (as a dict) and ``meta["metrics"]`` the sampling ``ib/*`` scalars.
+        weighting), ``group_id`` = ``first_group_id + tree``; ``tree_index`` holds a
+        :class:`TreeIndex` per tree (as a dict) and ``metrics`` the sampling ``ib/*`` scalars.
         """
         trees = self.grow(problems, num_generations, params)
         return self.extract(trees, problems, params, policy_version=policy_version, first_group_id=first_group_id)
@@ -322,8 +322,8 @@ class IBTreeSampler:
     ) -> RolloutBatch:
         """Pack grown trees into one scored :class:`RolloutBatch`: a row per root-to-leaf path (built by
         :func:`rlvr.samplers.group.generations_to_batch`), prefix ``token_weights`` (reward-free) and a
-        :class:`TreeIndex` per tree in ``meta["tree_index"]`` (as plain dicts). The advantages are not set
-        here: ``BATCH_ADV_ESTIMATORS["ib_tree"]`` computes them from the index and the (shaped) rewards."""
+        :class:`TreeIndex` per tree in ``tree_index`` (as plain dicts). The advantages are not set
+        here: ``rlvr.parts.ADV_ESTIMATORS["ib_tree"]`` computes them from the index and the (shaped) rewards."""
         ib = self.ib
         gens, ctx, gids, pidx, weights, leaves, index = [], [], [], [], [], [], []
         for tree in trees:
@@ -357,12 +357,12 @@ class IBTreeSampler:
         batch.texts = [n.text or "" for n in leaves]
         batch.feedback = [n.feedback for n in leaves]
         batch.reward_components[getattr(getattr(self.scorer, "task", None), "name", "task")] = batch.rewards.clone()
-        batch.meta["variable_group_sizes"] = True
-        batch.meta["tree_index"] = [dataclasses.asdict(i) for i in index]
-        batch.meta["metrics"] = self._metrics(trees)
+        batch.variable_group_sizes = True
+        batch.tree_index = [dataclasses.asdict(i) for i in index]
+        batch.metrics = self._metrics(trees)
         # decoded tokens, counted once: a leaf row repeats its shared prefix, so summing the rows'
         # completion masks would charge every branch point again (read by rlvr.compare's budget meter)
-        batch.meta["generated_tokens"] = int(sum(t.tokens_decode + t.tokens_discarded for t in trees))
+        batch.generated_tokens = int(sum(t.tokens_decode + t.tokens_discarded for t in trees))
         return batch
 
     def _metrics(self, trees: Sequence[PromptTree]) -> dict[str, float]:

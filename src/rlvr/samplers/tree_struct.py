@@ -215,7 +215,7 @@ class PromptTree:
 
 @dataclass
 class TreeIndex:
-    """What the trainer-side math needs of one extracted tree (stored in ``batch.meta["tree_index"]``).
+    """What the trainer-side math needs of one extracted tree (stored in ``batch.tree_index`` as a dict).
 
     Attributes:
         group_id: the tree's group id in the batch.

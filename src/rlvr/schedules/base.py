@@ -6,7 +6,7 @@ the trainer implements. It never touches the model, the optimizer or the prompt 
 context for no-grad log-probs, and it names the actions to run before a step (``start``), which the
 trainer performs when it reaches that step (so a resumed run, which re-plans and skips the steps already
 done, does not repeat them). What a step needs beyond its rows travels in the :class:`OptimizerStep`,
-not in ``batch.meta``.
+not in the batch.
 
 Variants that replay old rollouts (UEC-RL), alternate objectives (FBOS-RL) or run very stale stages
 (μ-GRPO) are schedules, not trainers. Register one with ``@SCHEDULES.register(name)`` on a factory
@@ -71,6 +71,12 @@ class PlanContext(Protocol):
         generation_round: 1-based index of the generation round just drawn (the trainer counts it).
         pad_token_id: padding id for building batches (:meth:`RolloutBatch.concat`).
         settings: the run's loss settings (a step may replace them, see :attr:`OptimizerStep.loss_settings`).
+        global_step: optimizer updates done before this plan (0 at the first round; a resumed run's count),
+            so a coefficient that changes over training needs no step counter of its own.
+        max_steps: the run's ``max_steps`` (updates in the whole run).
+        config: the run's config section of the schedule (the pydantic model it declared with
+            ``@SCHEDULES.register(name, config=..., section=...)``, as validated from the YAML), or
+            ``None`` when it declared none.
 
     A distributed trainer implements :meth:`logprobs` over its ranks; the schedule stays unaware, except
     that a decision taken from its rank's rows goes through :meth:`any_rank`.
@@ -79,6 +85,9 @@ class PlanContext(Protocol):
     generation_round: int
     pad_token_id: int
     settings: LossSettings
+    global_step: int
+    max_steps: int
+    config: Any
 
     def logprobs(self, batch: RolloutBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad ``(logp [N, T], entropy [N, T] | None)`` of ``batch`` under the current policy, every
@@ -170,6 +179,11 @@ class OnPolicySchedule:
         self.num_iterations = num_iterations
         self.seed = seed
 
+    @classmethod
+    def from_config(cls, cfg: Any) -> "OnPolicySchedule":
+        """The run's on-policy schedule: ``steps_per_generation``, ``num_iterations`` and ``seed`` of ``cfg``."""
+        return cls(steps_per_generation=cfg.steps_per_generation, num_iterations=cfg.num_iterations, seed=cfg.seed)
+
     @property
     def needs_old_logp(self) -> bool:
         """μ > 1: later updates of a generation batch see a moved policy."""
@@ -192,4 +206,4 @@ class OnPolicySchedule:
 @SCHEDULES.register("on_policy")
 def make_on_policy(cfg: Any) -> OnPolicySchedule:
     """``SCHEDULES["on_policy"]``: :class:`OnPolicySchedule` from ``steps_per_generation``, ``num_iterations``, ``seed``."""
-    return OnPolicySchedule(cfg.steps_per_generation, cfg.num_iterations, cfg.seed)
+    return OnPolicySchedule.from_config(cfg)

@@ -16,12 +16,13 @@ AdmitFn = Callable[[RolloutBatch], torch.Tensor]
 """Admission predicate: ``batch -> [N] bool`` (rows to admit)."""
 
 def _compact(batch: RolloutBatch) -> RolloutBatch:
-    """Keep only the problems the rows reference (remapping ``prompt_index``) and drop per-batch ``meta``."""
+    """Keep only the problems the rows reference (remapping ``prompt_index``) and drop the per-batch
+    ``metrics`` and sampler structure (a buffer holds rows from many rounds)."""
     used = sorted(set(batch.prompt_index.tolist()))
     remap = {old: new for new, old in enumerate(used)}
     batch.problems = [batch.problems[i] for i in used] if batch.problems else []
     batch.prompt_index = torch.tensor([remap[i] for i in batch.prompt_index.tolist()], dtype=torch.long)
-    batch.meta = {}
+    batch.metrics, batch.tree_index, batch.fbos_parent_row, batch.generated_tokens = {}, None, None, None
     return batch
 
 

@@ -41,6 +41,7 @@ from rlvr.core.fbos import epa_policy_loss, offpolicy_weight, view_normalised_we
 from rlvr.core.policy_loss import get_policy_loss
 from rlvr.errors import ConfigError
 from rlvr.core.masks import loss_weights
+from rlvr.config_sections import FBOSConfig
 from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext
 from rlvr.types import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, RolloutBatch, is_epa_kind
 
@@ -222,7 +223,7 @@ class AlternatingViews:
         """Nothing to restore (see :meth:`state_dict`)."""
 
 
-@SCHEDULES.register("fbos")
+@SCHEDULES.register("fbos", config=FBOSConfig, section="fbos")
 def make_fbos_schedule(cfg: Any) -> AlternatingViews:
     """``SCHEDULES["fbos"]``: :class:`AlternatingViews`."""
     return AlternatingViews(cfg)

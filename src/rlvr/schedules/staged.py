@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.config_sections import MuGRPOConfig
 from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext, split_groups
 from rlvr.types import RolloutBatch
 
@@ -114,7 +115,7 @@ class StagedSchedule:
 
 
 
-@SCHEDULES.register("staged")
+@SCHEDULES.register("staged", config=MuGRPOConfig, section="mu_grpo")
 def make_staged(cfg: Any) -> StagedSchedule:
     """``SCHEDULES["staged"]``: :class:`StagedSchedule` from ``steps_per_generation``, ``num_iterations``,
     ``seed`` and ``mu_grpo.*``."""

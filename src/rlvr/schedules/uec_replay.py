@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from rlvr.core.uec import low_prob_positive_fraction, replay_admission_mask, tempered_is_weights
+from rlvr.config_sections import UECConfig
 from rlvr.schedules.base import SCHEDULES, OnPolicySchedule, OptimizerStep, PlanContext, split_groups
 from rlvr.schedules.buffer import AdmitFn, TrajectoryBuffer  # noqa: F401 (re-exported)
 from rlvr.types import KIND_EXPLORE, KIND_REGULAR, RolloutBatch
@@ -80,7 +81,7 @@ class UECReplaySchedule:
     def __init__(self, cfg: Any) -> None:
         u = cfg.uec
         self.cfg = cfg
-        self.inner = OnPolicySchedule(cfg.steps_per_generation, cfg.num_iterations, cfg.seed)
+        self.inner = OnPolicySchedule.from_config(cfg)
         self.n_upd = int(u.update_size or cfg.generation_batch_size)
         self.pad_token_id = 0  # set from the plan context on first use
         pending_cap = int(u.pending_capacity or 4 * self.n_upd)
@@ -214,7 +215,7 @@ class UECReplaySchedule:
             m["uec/low_prob_positive_frac/replay"] = low_prob_positive_fraction(logp, ent, probe.advantages, mask)
             self._probe = probe
         n_batches = self.inner.steps_per_generation * max(1, len(rb) // self.n_upd)
-        rb.meta = {}
+        rb.metrics = {}
         return [OptimizerStep(b, phase="replay") for b in split_groups(rb, n_batches, seed=self.cfg.seed * 131 + t, passes=1)]
 
     # ------------------------------------------------------------------------------ checkpoint
@@ -241,4 +242,4 @@ class UECReplaySchedule:
             buf.load_state_dict(st)
 
 
-SCHEDULES.register("uec_replay")(UECReplaySchedule)
+SCHEDULES.register("uec_replay", config=UECConfig, section="uec")(UECReplaySchedule)

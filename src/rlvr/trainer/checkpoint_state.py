@@ -9,6 +9,7 @@ internals (``checkpoint`` dispatches to ``dist_checkpoint``; nothing points back
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -237,10 +238,11 @@ def save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
     pipe = getattr(trainer, "_pipeline", None)  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
     if pipe is not None:
         st = pipe.state()
-        for k, (b, _, _) in enumerate(st["ready"]):
-            save_rollouts(b, folder, f"queued-{k}")
+        for k, (r, _) in enumerate(st["ready"]):
+            save_rollouts(r.batch, folder, f"queued-{k}")
         out["async"] = {"round_index": st["round_index"], "started": st["started"],
-                        "metrics": [m for _, m, _ in st["ready"]], "sources": [src for _, _, src in st["ready"]]}
+                        "metrics": [r.metrics for r, _ in st["ready"]], "sources": [src for _, src in st["ready"]],
+                        "signals": [None if r.signal is None else dataclasses.asdict(r.signal) for r, _ in st["ready"]]}
     return out
 
 
@@ -257,8 +259,13 @@ def load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
     trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
     pipe, a = getattr(trainer, "_pipeline", None), state.get("async")
     if pipe is not None and a is not None:
-        ready = [(load_rollouts(path, f"queued-{k}", problems_by_uid=by_uid), m, int(src))
-                 for k, (m, src) in enumerate(zip(a["metrics"], a["sources"]))]
+        from rlvr.trainer.idle import RoundSignal
+        from rlvr.trainer.prepare import RoundResult
+
+        signals = a.get("signals") or [None] * len(a["sources"])
+        ready = [(RoundResult(load_rollouts(path, f"queued-{k}", problems_by_uid=by_uid), m,
+                              None if sig is None else RoundSignal(**sig)), int(src))
+                 for k, (m, src, sig) in enumerate(zip(a["metrics"], a["sources"], signals))]
         pipe.load_state({"ready": ready, "round_index": a["round_index"], "started": a["started"]})
     p = state.get("pending")
     if p:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from rlvr.core.objective import LossSettings
+from rlvr.schedules.base import SCHEDULES
 from rlvr.trainer.forward import batch_logprobs
 from rlvr.types import RolloutBatch
 
@@ -21,7 +22,8 @@ class TrainerPlanContext:
     Args:
         trainer: the trainer whose policy, optimizer and loader the methods act on.
 
-    Attributes (read through to the trainer): ``generation_round``, ``pad_token_id``, ``settings``.
+    Attributes (read through to the trainer): ``generation_round``, ``pad_token_id``, ``settings``,
+    ``global_step``, ``max_steps``, ``config`` (the schedule's declared config section).
     """
 
     def __init__(self, trainer: Any) -> None:
@@ -41,6 +43,23 @@ class TrainerPlanContext:
     def settings(self) -> LossSettings:
         """The run's loss settings."""
         return self._trainer.settings
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer updates done so far (checkpointed and restored by the trainer)."""
+        return int(self._trainer.global_step)
+
+    @property
+    def max_steps(self) -> int:
+        """The run's ``max_steps``."""
+        return int(self._trainer.cfg.max_steps)
+
+    @property
+    def config(self) -> Any:
+        """The run's section for the schedule (``SCHEDULES.section_of(cfg.schedule)``), or ``None``."""
+        cfg = self._trainer.cfg
+        name = SCHEDULES.section_of(cfg.schedule)
+        return None if name is None else getattr(cfg, name)
 
     def logprobs(self, batch: RolloutBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad ``(logp [N, T], entropy [N, T] | None)`` under the current policy (micro-batched with the

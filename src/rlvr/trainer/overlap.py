@@ -30,6 +30,7 @@ generating version, exact resume).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,16 +61,15 @@ class RolloutPipeline:
             raise ValueError(f"RolloutPipeline needs max_async_level >= 1, got {level}")
         self.trainer = trainer
         self.level = int(level)
-        self.ready: deque[tuple[Any, dict[str, float], int]] = deque()
+        self.ready: deque[tuple[Any, int]] = deque()  # (RoundResult, source round)
         self.round_index = 0
         self._inflight: Future | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout")
         self._started = False
 
     # ------------------------------------------------------------------------------------------
-    def _generate(self, version: int, source_round: int) -> tuple[Any, dict[str, float], int]:
-        batch, metrics = self.trainer.generate_batch(policy_version=version)
-        return batch, metrics, source_round
+    def _generate(self, version: int, source_round: int) -> tuple[Any, int]:
+        return self.trainer.prepare_round(policy_version=version), source_round
 
     def drain(self) -> float:
         """Wait for the generation in flight and queue its round; returns seconds waited."""
@@ -80,11 +80,11 @@ class RolloutPipeline:
         self.ready.append(fut.result())  # re-raises a generation error here, on the main thread
         return time.perf_counter() - t
 
-    def next(self) -> tuple[Any, dict[str, float]]:
-        """The next training round's batch and metrics (see the module docstring for the order).
+    def next(self) -> Any:
+        """The next training round (see the module docstring for the order).
 
         Returns:
-            ``(batch, metrics)``; metrics add ``async/wait_s`` (main thread blocked on generation),
+            Its :class:`rlvr.trainer.prepare.RoundResult` (batch, metrics, signal); metrics add ``async/wait_s`` (main thread blocked on generation),
             ``async/staleness_rounds`` (rounds between the generating weights and now) and
             ``async/queued_rounds``.
         """
@@ -95,7 +95,7 @@ class RolloutPipeline:
             for _ in range(self.level):
                 self.ready.append(self._generate(tr.global_step, 0))  # all from the weights after 0 rounds
         self._started = True
-        batch, metrics, source = self.ready.popleft()
+        result, source = self.ready.popleft()
         j = self.round_index
         self.round_index += 1
         tr.generation_round += 1  # rounds handed to training: what schedules read (generation runs ahead)
@@ -104,12 +104,12 @@ class RolloutPipeline:
         sync_s = time.perf_counter() - t
         if not self._last_round(tr):
             self._inflight = self._pool.submit(self._generate, tr.global_step, j)  # round j + k
-        metrics = dict(metrics)
+        metrics = dict(result.metrics)
         metrics["async/wait_s"] = waited
         metrics["async/staleness_rounds"] = float(j - source)
         metrics["async/queued_rounds"] = float(len(self.ready))
         metrics["timing/weight_sync_s"] = sync_s
-        return batch, metrics
+        return dataclasses.replace(result, metrics=metrics)
 
     @staticmethod
     def _last_round(tr: Any) -> bool:

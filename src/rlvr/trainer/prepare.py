@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,11 +24,31 @@ from rlvr.lora import iter_merged, reference_policy
 from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.idle import RoundSignal
 from rlvr.trainer.metrics import rollout_metrics
-from rlvr.trainer.rollout import assign_advantages, collect_generation_batch
+from rlvr.parts import compute_advantages
+from rlvr.trainer.rollout import collect_generation_batch
 from rlvr.types import RolloutBatch, SamplingParams
 
 REWARD_COUNTERS = ("calls_total", "errors_total", "timeouts_total")
-"""The scorer's cumulative counters a generation round's ``meta["reward_counts"]`` is the change of."""
+"""The scorer's cumulative counters a generation round's :attr:`RoundResult.reward_counts` is the change of."""
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one generation round hands to the loop (the overlap thread's queue holds these).
+
+    Attributes:
+        batch: the prepared batch (advantages set, filters applied; possibly empty).
+        metrics: the round's scalars (rollout, reward, timing, sampler and estimator metrics).
+        signal: counts over every row sampled in the round, for the idle-round stop
+            (:class:`rlvr.trainer.idle.RoundSignal`).
+        reward_counts: this round's reward calls, errors and timeouts (:data:`REWARD_COUNTERS`), for the
+            job-wide failure rule of the loop (:meth:`rlvr.trainer.trainer.Trainer._check_reward_failures`).
+    """
+
+    batch: RolloutBatch
+    metrics: dict[str, float] = field(default_factory=dict)
+    signal: RoundSignal | None = None
+    reward_counts: tuple[int, ...] | None = None
 
 
 class BatchPreparation:
@@ -89,13 +110,22 @@ class BatchPreparation:
         return (cfg.beta > 0 and cfg.kl_in_reward) or (bool(self.schedule.needs_old_logp) and cfg.old_logprob_source == "trainer")
 
     def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+        """:meth:`prepare_round`'s ``(batch, metrics)``; in the synchronous loop its signal becomes the
+        round's (``_round_signal``, read by the idle-round stop) and so do its reward counts
+        (``_round_reward_counts``, read by the reward-failure stop)."""
+        r = self.prepare_round(policy_version)
+        if policy_version is None:
+            self._round_signal = r.signal
+            self._round_reward_counts = r.reward_counts
+        return r.batch, r.metrics
+
+    def prepare_round(self, policy_version: int | None = None) -> RoundResult:
         """The one preparation path of a generation batch: sample → score → shape rewards (overlong
         penalty; KL in the reward) → advantages → batch filters.
 
         This is the only writer of ``old_logp`` / ``ref_logp`` of a generation batch and the only place
-        advantages are computed (a batch-level estimator of :data:`rlvr.parts.BATCH_ADV_ESTIMATORS`, or a
-        group estimator of :data:`rlvr.core.advantages.ADV_ESTIMATORS`), so shaping reaches every
-        sampler's advantages.
+        advantages are computed (the estimator of :data:`rlvr.parts.ADV_ESTIMATORS`), so shaping reaches
+        every sampler's advantages.
 
         Args:
             policy_version: ``None`` (synchronous): push the current weights to the engine if needed
@@ -105,7 +135,8 @@ class BatchPreparation:
                 (``sampler_logp``).
 
         Returns:
-            ``(batch, metrics)``: the prepared batch (possibly empty) and its per-round scalars.
+            The :class:`RoundResult`: the prepared batch (possibly empty), its per-round scalars and
+            the round's signal.
         """
         cfg = self.cfg
         timings: dict[str, float] = {}
@@ -141,15 +172,12 @@ class BatchPreparation:
                 self.loader.next(cfg.prompts_per_generation)
         timings["timing/reward_s"] = score_time
         # this round's reward calls (calls, errors, timeouts), for the job-wide failure rule (Trainer.train)
-        batch.meta["reward_counts"] = [getattr(self.scorer, k, 0) - b for k, b in zip(REWARD_COUNTERS, counts_before)]
+        reward_counts = tuple(getattr(self.scorer, k, 0) - b for k, b in zip(REWARD_COUNTERS, counts_before))
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
         self.rollout_round += 1
-        signal_ = RoundSignal.of(cstats.raw_batches)
-        if overlapped:  # handed to the main thread with its round (trainer/overlap.py)
-            batch.meta["round_signal"] = signal_
-        else:
+        signal_ = RoundSignal.of(cstats.raw_batches)  # handed to the loop with the round (RoundResult)
+        if not overlapped:
             self.generation_round = self.rollout_round
-            self._round_signal = signal_
         metrics: dict[str, float] = {}
         if len(batch) == 0:
             if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
@@ -157,9 +185,9 @@ class BatchPreparation:
                     self._logprobs(self.model, batch)
                 if self.ref_model is not None:
                     self._logprobs(self.ref_model, batch)
-            if self._global_batch_std():  # the all-reduce of the job's reward std, with no rows
-                self._assign_advantages(batch)
-            return batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}
+            self._advantages(batch)  # joins the estimator's collectives (scale_rewards=batch), with no rows
+            return RoundResult(batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}, signal_,
+                               reward_counts)
         self._behaviour_logprobs(batch, timings, overlapped=overlapped)
         self._advantages(batch)
         sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
@@ -168,7 +196,7 @@ class BatchPreparation:
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
         metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
                                        tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
-        metrics.update(batch.meta.get("metrics", {}))  # seam: samplers, estimators and filters report scalars here
+        metrics.update(batch.metrics)  # seam: samplers, estimators and filters report scalars here
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
@@ -182,7 +210,7 @@ class BatchPreparation:
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
         if not overlapped:
             self._last_samples = self._sample_rows(batch)
-        return batch, metrics
+        return RoundResult(batch, metrics, signal_, reward_counts)
 
     def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float], *, overlapped: bool = False) -> None:
         """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)
@@ -219,31 +247,10 @@ class BatchPreparation:
             batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
 
     def _advantages(self, batch: RolloutBatch) -> None:
-        """Advantages of the (shaped) batch: the batch-level estimator, or the group estimator with its
-        group-size check; estimator metrics join ``meta["metrics"]``."""
-        if self.batch_adv_fn is not None:
-            m = self.batch_adv_fn(batch, self.cfg) or {}
-            if m:
-                batch.meta["metrics"] = {**batch.meta.get("metrics", {}), **m}
-        else:
-            self._assign_advantages(batch)
-
-    def _global_batch_std(self) -> bool:
-        """``scale_rewards=batch`` over several ranks: the std is the job's (all-reduced), not the rank's."""
-        return self.world_size > 1 and self.cfg.scale_rewards == "batch" and self.cfg.adv_estimator == "grpo"
-
-    def _assign_advantages(self, batch: RolloutBatch) -> None:
-        if not self._global_batch_std():
-            assign_advantages(batch, self.cfg, self.adv_fn)
-            return
-        from rlvr.distributed.stats import global_std
-
-        # (r − mean_g) / (std_job + eps): GRPO's batch scaling with the std of every rank's rewards
-        std = global_std(batch.rewards, self.dp, unbiased=self.cfg.adv_std_unbiased)
-        if len(batch) == 0:
-            return
-        assign_advantages(batch, self.cfg.model_copy(update={"scale_rewards": "none"}), self.adv_fn)
-        batch.advantages = batch.advantages / (std + self.cfg.adv_eps)
+        """Advantages of the (shaped) batch from the run's estimator (:func:`rlvr.parts.compute_advantages`;
+        job-wide statistics through :attr:`adv_ctx`); its metrics join ``batch.metrics``."""
+        m = compute_advantages(self.adv_fn, batch, self.adv_ctx)
+        batch.metrics.update(m)
 
     def _sample_rows(self, batch: RolloutBatch) -> list[dict[str, Any]]:
         k = self.cfg.logging.num_completions_to_print

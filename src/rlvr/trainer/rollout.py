@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from rlvr.core.advantages import check_group_sizes, group_stats, overlong_penalty
+from rlvr.core.advantages import group_stats, overlong_penalty
 from rlvr.rewards import ScoreStats
 from rlvr.text import plural
 from rlvr.types import RolloutBatch
@@ -95,20 +95,6 @@ def shape_rewards(batch: RolloutBatch, cfg: Any) -> None:
         )
         batch.reward_components["overlong"] = pen
         batch.rewards = batch.rewards + pen
-
-
-def assign_advantages(batch: RolloutBatch, cfg: Any, adv_fn: Callable[..., torch.Tensor]) -> None:
-    """Compute and store advantages ``[N]`` once per generation batch (§3), checking group sizes.
-
-    Every group must hold ``num_generations`` rows unless the sampler marks the batch with
-    ``meta["variable_group_sizes"] = True`` (e.g. extra exploration groups of another size).
-    """
-    if not batch.meta.get("variable_group_sizes"):
-        check_group_sizes(batch.group_id, cfg.num_generations)
-    batch.advantages = adv_fn(
-        batch.rewards, batch.group_id, scale_rewards=cfg.scale_rewards, adv_eps=cfg.adv_eps,
-        std_unbiased=cfg.adv_std_unbiased,
-    )
 
 
 @dataclass

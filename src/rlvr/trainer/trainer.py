@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.config import RLConfig
-from rlvr.core.advantages import get_adv_estimator
 from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers, check_report_to
@@ -34,13 +33,14 @@ from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
 from rlvr.schedules import SCHEDULES, OptimizerStep, Schedule
 from rlvr.trainer.components import (
-    BATCH_ADV_ESTIMATORS,
+    ADV_ESTIMATORS,
     BATCH_FILTERS,
     MASKS,
     SAMPLERS,
     SamplerContext,
     validate_components,
 )
+from rlvr.parts import AdvantageContext
 from rlvr.trainer.context import TrainerPlanContext
 from rlvr.trainer.data import PromptLoader
 from rlvr.trainer.lifecycle import (
@@ -189,8 +189,10 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
-        self.batch_adv_fn = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
-        self.adv_fn = None if self.batch_adv_fn is not None else get_adv_estimator(cfg.adv_estimator)
+        self.adv_fn = ADV_ESTIMATORS[cfg.adv_estimator]
+        section = ADV_ESTIMATORS.section_of(cfg.adv_estimator)
+        self.adv_ctx = AdvantageContext(cfg, None if section is None else getattr(cfg, section), self.world_size,
+                                        None if self.dp is None or self.world_size == 1 else self.dp.sum)
         self.extra_mask_fns = [MASKS[m](cfg) for m in cfg.loss_masks] + list(extra_mask_fns)
         self.batch_filters = [BATCH_FILTERS[f](cfg) for f in cfg.batch_filters]
         self.ref_model = None
@@ -273,8 +275,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 else:
                     snap = None
                     if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
-                        batch, gen_metrics = self._pipeline.next()
-                        self._round_signal = batch.meta.pop("round_signal", None)
+                        r = self._pipeline.next()
+                        batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
+                        self._round_reward_counts = r.reward_counts
                         self._last_samples = self._sample_rows(batch)
                     else:
                         snap = round_snapshot(self)
@@ -287,7 +290,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
-                    self._check_reward_failures(batch.meta.pop("reward_counts", None), snap)
+                    self._check_reward_failures(self._round_reward_counts, snap)
+                    self._round_reward_counts = None
                     gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []

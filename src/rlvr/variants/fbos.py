@@ -1,5 +1,5 @@
 """FBOS-RL parts (``docs/fbos_rl.md``): ``SAMPLERS["feedback"]`` (two-round feedback sampler), the
-batch-level advantage estimator ``BATCH_ADV_ESTIMATORS["fbos"]`` (EPA and ECC view advantages) and
+advantage estimator ``ADV_ESTIMATORS["fbos"]`` (EPA and ECC view advantages) and
 ``CONFIG_CHECKS["fbos"]``. The schedule ``SCHEDULES["fbos"]`` (EPA/ECC views, alternate or joint) lives in
 :mod:`rlvr.schedules.fbos`; ``POLICY_LOSSES["fbos_epa"]`` (the EPA per-token loss) in :mod:`rlvr.core.fbos`.
 Recipe: ``fbos_rl``.
@@ -13,13 +13,14 @@ import torch
 
 import rlvr.core.fbos  # noqa: F401  (registers POLICY_LOSSES["fbos_epa"])
 from rlvr.core.fbos import ecc_advantages, view_advantages
+from rlvr.config_sections import FBOSConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import BATCH_ADV_ESTIMATORS, CONFIG_CHECKS, SAMPLERS, SamplerContext
+from rlvr.parts import ADV_ESTIMATORS, CONFIG_CHECKS, SAMPLERS, AdvantageContext, SamplerContext
 from rlvr.samplers.feedback import FeedbackSampler
 from rlvr.types import RolloutBatch, is_epa_kind
 
 
-@SAMPLERS.register("feedback")
+@SAMPLERS.register("feedback", config=FBOSConfig, section="fbos")
 def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
     """``SAMPLERS["feedback"]``: a :class:`FeedbackSampler` wired from the run config (checked by
     :func:`check_fbos` beforehand)."""
@@ -30,13 +31,13 @@ def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
     )
 
 
-@BATCH_ADV_ESTIMATORS.register("fbos")
-def fbos_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
+@ADV_ESTIMATORS.register("fbos", config=FBOSConfig, section="fbos")
+def fbos_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Tensor, dict[str, float]]:
     """EPA advantages on the union (or initial-only) group of each prompt, ECC advantages on its
     feedback-guided group (``fbos.ecc_baseline``: ``group`` or ``parent``), from the batch's (shaped)
-    rewards; sets ``batch.advantages`` ``[N]``. Returns no metrics.
+    rewards: ``(advantages [N], {})``.
 
-    Reads ``context_kind`` and ``meta["fbos_parent_row"]`` (the row of each feedback-guided row's
+    Reads ``context_kind`` and ``fbos_parent_row`` (the row of each feedback-guided row's
     parent attempt, −1 for the others; set by the feedback sampler).
 
     Raises:
@@ -44,18 +45,18 @@ def fbos_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
 
     Source: docs/fbos_rl.md §2.6–§2.8.
     """
-    parents = batch.meta.get("fbos_parent_row")
+    parents = batch.fbos_parent_row
     if batch.context_kind is None or parents is None or len(parents) != len(batch):
         raise ValueError("adv_estimator=fbos needs the context kinds and parent rows of sampler: feedback")
+    cfg = ctx.cfg
     kw = {"scale_rewards": cfg.scale_rewards, "adv_eps": cfg.adv_eps, "std_unbiased": cfg.adv_std_unbiased}
     is_epa = torch.tensor([is_epa_kind(k) for k in batch.context_kind], dtype=torch.bool)
     parent = torch.tensor(parents, dtype=torch.long)
     parent_rewards = torch.where(parent >= 0, batch.rewards[parent.clamp(min=0)], torch.zeros_like(batch.rewards))
     adv = view_advantages(batch.rewards, batch.group_id, is_epa, **kw)
-    adv_ecc = ecc_advantages(batch.rewards, batch.group_id, ~is_epa, baseline=cfg.fbos.ecc_baseline,
+    adv_ecc = ecc_advantages(batch.rewards, batch.group_id, ~is_epa, baseline=ctx.config.ecc_baseline,
                              parent_rewards=parent_rewards, **kw)
-    batch.advantages = torch.where(~is_epa, adv_ecc, adv)
-    return {}
+    return torch.where(~is_epa, adv_ecc, adv), {}
 
 
 @CONFIG_CHECKS.register("fbos")

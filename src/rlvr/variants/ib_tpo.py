@@ -2,8 +2,8 @@
 estimator, the ``ib_logp_mismatch`` batch filter and the config check of the combination.
 
 - ``SAMPLERS["tree"]``: :class:`rlvr.samplers.tree.IBTreeSampler` built from ``cfg.ib_tpo``; it scores
-  its leaves, sets the prefix ``token_weights`` and attaches the tree index (``meta["tree_index"]``).
-- ``BATCH_ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
+  its leaves, sets the prefix ``token_weights`` and attaches the tree index (``tree_index``).
+- ``ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
   from the tree index and the batch's (shaped) rewards — so overlong shaping and ``kl_in_reward``
   reach the tree advantages.
 - ``BATCH_FILTERS["ib_logp_mismatch"]``: logs ``ib/old_logp_mismatch`` (mean |trainer-recomputed −
@@ -19,14 +19,15 @@ from typing import Any
 import torch
 
 from rlvr.core import tree as T
+from rlvr.config_sections import IBTPOConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, AdvantageContext, SamplerContext
 from rlvr.samplers.tree import IBTreeSampler
 from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import RolloutBatch
 
 
-@SAMPLERS.register("tree")
+@SAMPLERS.register("tree", config=IBTPOConfig, section="ib_tpo")
 def build_tree_sampler(ctx: SamplerContext) -> IBTreeSampler:
     """``SAMPLERS["tree"]`` factory: an :class:`IBTreeSampler` configured by ``ctx.cfg.ib_tpo``."""
     cfg = ctx.cfg
@@ -40,12 +41,12 @@ def _mean(x: list[float]) -> float:
     return sum(x) / len(x) if x else math.nan
 
 
-@BATCH_ADV_ESTIMATORS.register("ib_tree")
-def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
-    """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``meta["tree_index"]``
+@ADV_ESTIMATORS.register("ib_tree", config=IBTPOConfig, section="ib_tpo")
+def ib_tree_advantages(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tree step advantages ``[N, T]`` (each token carries its step's ``A(s)``) from ``tree_index``
     and ``batch.rewards`` (leaf rows; interior nodes get their values from the leaves below them).
 
-    Sets ``batch.advantages`` and fills each index entry's ``values/H/I/IB/A``; returns the reward-
+    Returns the advantages and fills each index entry's ``values/H/I/IB/A``, with the reward-
     dependent ``ib/*`` metrics of spec §4 (``score_mean``, ``H_mean``, ``I_mean``, ``eff_rate_prompt``,
     ``eff_rate_node``, ``adv_global_abs``, ``adv_local_abs``, ``adv_reg_abs``, ``gate_frac``).
 
@@ -54,11 +55,11 @@ def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
 
     Source: docs/ib_tpo.md §2.2–2.6 (values, IB statistics, step advantages), §4 (metrics).
     """
-    ib = cfg.ib_tpo
-    entries = batch.meta.get("tree_index")
+    ib = ctx.config
+    entries = batch.tree_index
     if not entries or sum(len(e["rows"]) for e in entries) != len(batch):
         raise ValueError("adv_estimator=ib_tree needs the tree index of sampler: tree covering every row "
-                         "(meta['tree_index'] is missing or stale)")
+                         "(tree_index is missing or stale)")
     A = torch.zeros_like(batch.completion_mask)
     acc: dict[str, list[float]] = {k: [] for k in ("H", "I", "IB", "glob", "loc", "reg", "gate")}
     eff = [0, 0]
@@ -96,9 +97,8 @@ def ib_tree_advantages(batch: RolloutBatch, cfg: Any) -> dict[str, float]:
         eff[1] += nb
         idx.values, idx.H, idx.I, idx.IB, idx.A = V.tolist(), stats.H.tolist(), stats.I.tolist(), stats.IB.tolist(), adv.A.tolist()
         index.append({**e, "values": idx.values, "H": idx.H, "I": idx.I, "IB": idx.IB, "A": idx.A})
-    batch.meta["tree_index"] = index
-    batch.advantages = A
-    return {
+    batch.tree_index = index
+    return A, {
         "ib/score_mean": _mean(acc["IB"]), "ib/H_mean": _mean(acc["H"]), "ib/I_mean": _mean(acc["I"]),
         "ib/eff_rate_prompt": T.eff_rate_prompt(leaf_rewards), "ib/eff_rate_node": eff[0] / eff[1] if eff[1] else math.nan,
         "ib/adv_global_abs": _mean(acc["glob"]), "ib/adv_local_abs": _mean(acc["loc"]),
@@ -112,14 +112,14 @@ ib_tree_advantages.per_token = True  # type: ignore[attr-defined]  # [N, T] adva
 @BATCH_FILTERS.register("ib_logp_mismatch")
 def logp_mismatch_filter(cfg: Any):
     """``BATCH_FILTERS["ib_logp_mismatch"]`` factory: records ``ib/old_logp_mismatch`` in
-    ``batch.meta["metrics"]`` (mean over completion tokens of ``|old_logp − sampler_logp|``, nats)
+    ``batch.metrics`` (mean over completion tokens of ``|old_logp − sampler_logp|``, nats)
     when both are present; never drops rows."""
 
     def apply(batch: RolloutBatch) -> RolloutBatch:
         if batch.old_logp is not None and batch.sampler_logp is not None and len(batch):
             m = batch.completion_mask
             diff = ((batch.old_logp - batch.sampler_logp).abs() * m).sum() / m.sum().clamp_min(1)
-            batch.meta.setdefault("metrics", {})["ib/old_logp_mismatch"] = float(diff)
+            batch.metrics["ib/old_logp_mismatch"] = float(diff)
         return batch
 
     return apply

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 
 from rlvr.core.veto import VETO_SCOPES, neg_veto_mask, veto_metrics
-from rlvr.parts import MASKS
+from rlvr.config_sections import MuGRPOConfig
+from rlvr.errors import ConfigError
+from rlvr.parts import CONFIG_CHECKS, MASKS
 from rlvr.types import RolloutBatch
 
 
@@ -64,8 +66,23 @@ class VetoMask:
         return veto, veto_metrics(log_ratio, micro.advantages, mask, veto, self.threshold)
 
 
-@MASKS.register("veto")
+@MASKS.register("veto", config=MuGRPOConfig, section="mu_grpo")
 def make_veto_mask(cfg: Any) -> VetoMask:
     """``MASKS["veto"]``: :class:`VetoMask` from ``mu_grpo.veto_ratio_threshold``, ``veto_scope``, ``veto_denominator``."""
     m = cfg.mu_grpo
     return VetoMask(m.veto_ratio_threshold, m.veto_scope, m.veto_denominator)
+
+
+@CONFIG_CHECKS.register("mu_grpo")
+def check_mu_grpo(cfg: Any) -> None:
+    """The staged schedule's fresh shuffle needs the stages drawn in order (no overlap).
+
+    Raises:
+        ConfigError: ``schedule: staged`` with ``mu_grpo.stage_prompt_draw=fresh_shuffle`` and
+            ``max_async_level > 0``.
+    """
+    if cfg.max_async_level > 0 and cfg.schedule == "staged" and cfg.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+        raise ConfigError(
+            "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
+            f"max_async_level={cfg.max_async_level} later stages are drawn before it: use continue_loader"
+        )

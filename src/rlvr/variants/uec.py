@@ -20,13 +20,14 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.uec import retention_mask, truncated_positive_mask
+from rlvr.config_sections import UECConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import BATCH_ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
 from rlvr.samplers.hard_prompt import HardPromptSampler
 from rlvr.types import KIND_EXPLORE, RolloutBatch
 
 
-@SAMPLERS.register("hard_prompt")
+@SAMPLERS.register("hard_prompt", config=UECConfig, section="uec")
 def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     """``SAMPLERS["hard_prompt"]``: a :class:`HardPromptSampler` configured from ``ctx.cfg.uec``."""
     u = ctx.cfg.uec
@@ -38,13 +39,13 @@ def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
     )
 
 
-@BATCH_FILTERS.register("uec_retention")
+@BATCH_FILTERS.register("uec_retention", config=UECConfig, section="uec")
 def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
     """``BATCH_FILTERS["uec_retention"]``: keep the rows of :func:`rlvr.core.uec.retention_mask`.
 
     Exploration rows are those with ``context_kind == "explore"`` (set by the hard-prompt sampler);
     without ``context_kind`` every row counts as regular. Adds ``uec/retained_regular``,
-    ``uec/retained_explore`` and ``uec/dropped_truncated_positive`` to ``meta["metrics"]``.
+    ``uec/retained_explore`` and ``uec/dropped_truncated_positive`` to ``batch.metrics``.
 
     Raises:
         ValueError: the batch has no advantages, or per-token ``[N, T]`` ones.
@@ -72,7 +73,7 @@ def make_retention_filter(cfg: Any) -> Callable[[RolloutBatch], RolloutBatch]:
             "uec/retained_explore": float((keep & is_exp).sum()),
             "uec/dropped_truncated_positive": float(dropped_tp.sum()),
         }
-        out.meta = {**batch.meta, "metrics": {**batch.meta.get("metrics", {}), **metrics}}
+        out.metrics = {**batch.metrics, **metrics}
         return out
 
     return retention
@@ -85,7 +86,7 @@ def check_uec(cfg: Any) -> None:
     Raises:
         ConfigError: the advantage estimator gives per-token advantages (e.g. ``ib_tree``).
     """
-    est = BATCH_ADV_ESTIMATORS.get(cfg.adv_estimator)
+    est = ADV_ESTIMATORS.get(cfg.adv_estimator)
     if "uec_retention" in cfg.batch_filters and getattr(est, "per_token", False):
         raise ConfigError(f"batch_filters=[uec_retention] needs per-sequence advantages; adv_estimator="
                           f"{cfg.adv_estimator!r} gives per-token ones")
