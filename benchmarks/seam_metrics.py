@@ -25,7 +25,7 @@ from pathlib import Path
 # lower number = lower layer; a module may import its own layer or lower ones
 LAYERS = {
     "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "core": 1, "config": 1, "config_sections": 1,
-    "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2,
+    "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2, "envs": 2,
     "samplers": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,
     "eval": 7, "compare": 7, "testbed": 7, "testing": 7, "cli": 8, "__main__": 8, "__init__": 0,
 }

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from rlvr.config_sections import (
     DistributedConfig,
     DynamicSamplingConfig,
+    EnvConfig,
     EvalConfig,
     FBOSConfig,
     IBTPOConfig,
@@ -109,6 +110,7 @@ class RLConfig(_Strict):
     schedule: str = "on_policy"
     loss_masks: list[str] = Field(default_factory=list)
     batch_filters: list[str] = Field(default_factory=list)
+    env: EnvConfig = Field(default_factory=EnvConfig)  # multi-turn environment (rlvr.envs); off when env.type is unset
     # variant sub-configs (each variant adds its own section below this line)
     mu_grpo: MuGRPOConfig = Field(default_factory=MuGRPOConfig)
     uec: UECConfig = Field(default_factory=UECConfig)

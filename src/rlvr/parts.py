@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from rlvr.registry import Registry
 from rlvr.samplers.group import GroupSampler, PromptEncoder
+from rlvr.samplers.multiturn import check_env_config, make_multiturn_sampler
 from rlvr.types import RolloutBatch
 
 
@@ -61,6 +62,14 @@ CONFIG_CHECKS: Registry[Callable[[Any], None]] = Registry("config check", "rlvr.
 
 
 @SAMPLERS.register("group")
-def make_group_sampler(ctx: SamplerContext) -> GroupSampler:
-    """``SAMPLERS["group"]``: G completions per prompt (:class:`rlvr.samplers.group.GroupSampler`)."""
+def make_group_sampler(ctx: SamplerContext) -> Any:
+    """``SAMPLERS["group"]``: G completions per prompt (:class:`rlvr.samplers.group.GroupSampler`), or G
+    environment episodes per prompt when ``env.type`` is set (:func:`make_multiturn_sampler`)."""
+    env = getattr(ctx.cfg, "env", None)
+    if env is not None and env.type is not None:
+        return make_multiturn_sampler(ctx)
     return GroupSampler(ctx.engine, ctx.encoder, ctx.pad_token_id)
+
+
+SAMPLERS.register("multiturn")(make_multiturn_sampler)  # environment episodes (rlvr.samplers.multiturn)
+CONFIG_CHECKS.register("env")(check_env_config)  # env.type imports; the sampler can run episodes

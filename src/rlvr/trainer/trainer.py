@@ -281,7 +281,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
-                    gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
+                    gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
                     start = 0
