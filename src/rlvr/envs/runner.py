@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from rlvr.envs.base import Step
 
-__all__ = ["EnvFault", "FaultLog", "call_many", "check_messages", "check_step"]
+__all__ = ["EnvFault", "FaultLog", "call_many", "check_messages", "check_step", "timed_calls"]
 
 
 @dataclass
@@ -47,7 +47,7 @@ async def _await(aw: Any) -> Any:
     return await aw
 
 
-def call_many(calls: Sequence[tuple[Callable[..., Any], tuple, float]]) -> list[Any]:
+def timed_calls(calls: Sequence[tuple[Callable[..., Any], tuple, float]]) -> list[tuple[Any, float]]:
     """Run ``fn(*args)`` for each ``(fn, args, deadline)`` concurrently; a coroutine result is awaited.
 
     Args:
@@ -55,30 +55,41 @@ def call_many(calls: Sequence[tuple[Callable[..., Any], tuple, float]]) -> list[
             ``math.inf`` = none).
 
     Returns:
-        Per call, its result, or an :class:`EnvFault` (``error`` with the exception's type and text;
-        ``timeout`` when it was still running at its deadline: its thread is left running, abandoned).
+        Per call, ``(result, seconds it ran)``; the result is an :class:`EnvFault` for a call that
+        raised (``error``, with the exception's type and text) or was still running at its deadline
+        (``timeout``: its thread is left running, abandoned).
     """
     results: list[Any] = [None] * len(calls)
+    took = [0.0] * len(calls)
     done = [threading.Event() for _ in calls]
 
     def worker(i: int, fn: Callable[..., Any], args: tuple) -> None:
+        t = time.monotonic()
         try:
             results[i] = _run(fn, args)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             results[i] = EnvFault("error", f"raised {type(exc).__name__}: {str(exc)[:300]}")
         finally:
+            took[i] = time.monotonic() - t
             done[i].set()
 
     if len(calls) == 1 and calls[0][2] == math.inf:  # no deadline: no thread needed
         worker(0, calls[0][0], calls[0][1])
-        return results
+        return [(results[0], took[0])]
+    start = time.monotonic()
     for i, (fn, args, _) in enumerate(calls):
         threading.Thread(target=worker, args=(i, fn, args), daemon=True, name=f"rlvr-env-{i}").start()
     for i, (_, _, deadline) in enumerate(calls):
         left = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
         if not done[i].wait(left):
-            results[i] = EnvFault("timeout", "still running at the episode's deadline (env.timeout_s)")
-    return results
+            results[i] = EnvFault("timeout", "still running at its deadline (env.timeout_s)")
+            took[i] = time.monotonic() - start
+    return list(zip(results, took))
+
+
+def call_many(calls: Sequence[tuple[Callable[..., Any], tuple, float]]) -> list[Any]:
+    """:func:`timed_calls` without the durations: per call its result or an :class:`EnvFault`."""
+    return [r for r, _ in timed_calls(calls)]
 
 
 def check_messages(out: Any) -> str | None:

@@ -24,6 +24,9 @@ from rlvr.tasks.prompts import render_prompt
 __all__ = ["ObservationRenderer", "check_append_only", "render_opening"]
 
 _SENTINEL = "\u2063RLVR_ASSISTANT_TURN\u2063"
+PROBE_TURN = "<think>\nt\n</think>\n\nA"
+"""The model turn of the append-only probe: a reasoning block and an answer (templates that strip earlier
+``<think>`` blocks render it differently once the conversation goes on)."""
 _BASE_USER = {"role": "user", "content": "hi"}
 
 
@@ -125,9 +128,9 @@ def check_append_only(tokenizer: Any, eos_token_id: int, roles: Sequence[str] = 
                       opening: list[dict[str, Any]] | None = None) -> None:
     """Refuse a chat template whose incremental episode tokens differ from its whole-conversation rendering.
 
-    For each observation role, a probe conversation ``opening + assistant("A") + role("B") + assistant("C")``
-    is tokenised two ways: (1) rendered whole (then the generation prompt after the ``B`` turn), (2) the
-    way an episode builds it: the opening prompt's tokens, the model's turn ``A`` + EOS, then
+    For each observation role, a probe conversation ``opening + assistant(PROBE_TURN) + role("B")`` is
+    tokenised two ways: (1) rendered whole, with the generation prompt, (2) the way an episode builds it:
+    the opening prompt's tokens, the model's turn :data:`PROBE_TURN` + EOS, then
     :meth:`ObservationRenderer.tokens` of ``B``. They must be equal token for token.
 
     Raises:
@@ -139,8 +142,9 @@ def check_append_only(tokenizer: Any, eos_token_id: int, roles: Sequence[str] = 
     renderer = ObservationRenderer(tokenizer, tokenizer.decode([int(eos_token_id)]), tools)
     for role in roles:
         obs = [{"role": role, "content": "B"}]
-        whole = _encode(tokenizer, _render(tokenizer, opening + [{"role": "assistant", "content": "A"}] + obs, tools, True))
-        steps = (_encode(tokenizer, _render(tokenizer, opening, tools, True)) + _encode(tokenizer, "A")
+        whole = _encode(tokenizer, _render(tokenizer, opening + [{"role": "assistant", "content": PROBE_TURN}] + obs,
+                                           tools, True))
+        steps = (_encode(tokenizer, _render(tokenizer, opening, tools, True)) + _encode(tokenizer, PROBE_TURN)
                  + [int(eos_token_id)] + renderer.tokens(obs, after_eos=True))
         if whole != steps:
             k = next((i for i, (a, b) in enumerate(zip(whole, steps)) if a != b), min(len(whole), len(steps)))

@@ -11,7 +11,9 @@ opening prompt, ``completion_ids`` = every token after it (model and environment
 
 Limits (``env:``): ``max_turns``, ``max_tokens`` (model + environment tokens after the prompt; a model
 turn is capped by what is left, an observation that does not fit ends the episode) and ``timeout_s``
-(wall clock per episode). Finish reasons: ``env_done`` (the environment ended it), ``max_turns``,
+(wall-clock seconds of the environment's own calls per episode: ``reset`` and every ``step`` together;
+interpretation: waiting for the engine or for batch-mates' steps does not count, so one hung episode
+times out alone). Finish reasons: ``env_done`` (the environment ended it), ``max_turns``,
 ``length`` (the last model turn was cut by a token cap, or the budget ran out), ``error`` / ``timeout``
 (the environment failed: reward 0, see :mod:`rlvr.envs.runner`).
 
@@ -31,7 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.envs import Step, env_factory, resolve_env_class
-from rlvr.envs.runner import EnvFault, FaultLog, call_many, check_messages, check_step
+from rlvr.envs.runner import EnvFault, FaultLog, call_many, check_messages, check_step, timed_calls
 from rlvr.envs.template import ObservationRenderer, check_append_only, render_opening
 from rlvr.errors import ConfigError
 from rlvr.types import GenerationRequest, RolloutBatch, SamplingParams
@@ -72,11 +74,14 @@ class _Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     env_tokens: int = 0
-    deadline: float = math.inf
+    env_time_left: float = math.inf  # seconds of environment time this episode has left (env.timeout_s)
 
     @property
     def live(self) -> bool:
         return self.finish is None
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.env_time_left
 
 
 class MultiTurnSampler:
@@ -135,8 +140,7 @@ class MultiTurnSampler:
 
     def _reset(self, problems: Sequence[Any], G: int, first_group_id: int) -> list[_Episode]:
         eps: list[_Episode] = []
-        now = time.monotonic()
-        deadline = now + self.limits.timeout_s if self.limits.timeout_s > 0 else math.inf
+        budget = self.limits.timeout_s if self.limits.timeout_s > 0 else math.inf
         for p in range(len(problems)):
             for _ in range(G):
                 try:
@@ -144,12 +148,12 @@ class MultiTurnSampler:
                 except Exception as exc:  # noqa: BLE001 - user code
                     env = None
                     fault = EnvFault("error", f"raised {type(exc).__name__}: {exc}")
-                ep = _Episode(env, p, first_group_id + p, deadline=deadline)
+                ep = _Episode(env, p, first_group_id + p, env_time_left=budget)
                 if env is None:
                     self._fail(ep, "__init__", fault)
                 eps.append(ep)
         live = [e for e in eps if e.live]
-        outs = call_many([(e.env.reset, (problems[e.problem_index],), e.deadline) for e in live])
+        outs = self._calls(live, "reset", [(problems[e.problem_index],) for e in live])
         for ep, out in zip(live, outs):
             bad = out if isinstance(out, EnvFault) else check_messages(out)
             if bad is not None:
@@ -160,6 +164,13 @@ class MultiTurnSampler:
             if not ep.prompt:
                 ep.prompt = list(self.encoder(problems[ep.problem_index]))
         return eps
+
+    def _calls(self, eps: list[_Episode], method: str, args: list[tuple]) -> list[Any]:
+        """``ep.env.<method>(*args)`` for each episode, concurrently, each within its environment time left."""
+        out = timed_calls([(getattr(e.env, method), a, e.deadline()) for e, a in zip(eps, args)])
+        for e, (_, took) in zip(eps, out):
+            e.env_time_left -= took
+        return [r for r, _ in out]
 
     def _generate(self, live: list[_Episode], params: SamplingParams, turn: int) -> None:
         """One engine call over ``live``: turn 1 groups a problem's identical prompts into one request."""
@@ -228,11 +239,8 @@ class MultiTurnSampler:
         eps = self._reset(problems, num_generations, first_group_id)
         turn = 0
         while True:
-            now = time.monotonic()
             for ep in eps:
-                if ep.live and now >= ep.deadline:
-                    self._fail(ep, "episode", EnvFault("timeout", f"ran past env.timeout_s={self.limits.timeout_s:g}"))
-                elif ep.live and len(ep.tokens) >= self.limits.max_tokens:
+                if ep.live and len(ep.tokens) >= self.limits.max_tokens:
                     ep.finish = "length"
             live = [e for e in eps if e.live]
             if not live:
@@ -241,11 +249,12 @@ class MultiTurnSampler:
             starts = [len(e.tokens) for e in live]
             self._generate(live, params, turn)
             actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
-            outs = call_many([(e.env.step, (a,), e.deadline) for e, a in zip(live, actions)])
+            outs = self._calls(live, "step", [(a,) for a in actions])
             for ep, s, out in zip(live, starts, outs):
                 self._after_step(ep, out, ep.tokens[s:])
         closing = [e for e in eps if e.env is not None and callable(getattr(e.env, "close", None))]
-        for ep, out in zip(closing, call_many([(e.env.close, (), time.monotonic() + 10.0) for e in closing])):
+        for ep, out in zip(closing, call_many([(e.env.close, (), time.monotonic() + max(e.env_time_left, 1.0))
+                                               for e in closing])):
             if isinstance(out, EnvFault):
                 self.faults.record(ep.env, "close", out)
         batch = self._to_batch(eps, problems, params, policy_version)
