@@ -59,8 +59,8 @@ def make_sampler(tiny):
     _, tok = tiny
 
     def make(engine: Any, env_factory: Callable[[], Any], *, max_turns: int = 4, max_tokens: int = 200,
-             timeout_s: float = 0.0) -> MultiTurnSampler:
-        enc = PromptEncoder(tok, "", 64)
+             timeout_s: float = 0.0, max_prompt_length: int = 64) -> MultiTurnSampler:
+        enc = PromptEncoder(tok, "", max_prompt_length)
         return MultiTurnSampler(engine, tok, env_factory, EpisodeLimits(max_turns, max_tokens, timeout_s), enc, EOS)
 
     return make
