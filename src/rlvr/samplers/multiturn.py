@@ -36,7 +36,8 @@ from rlvr.envs import Step, env_factory, resolve_env_class
 from rlvr.envs.runner import EnvFault, FaultLog, call_many, check_messages, check_step, timed_calls
 from rlvr.envs.template import ObservationRenderer, check_append_only, render_opening
 from rlvr.errors import ConfigError
-from rlvr.types import GenerationRequest, RolloutBatch, SamplingParams
+from rlvr.samplers.group import generations_to_batch
+from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
 
 __all__ = ["EpisodeLimits", "MultiTurnSampler", "build_env_factory", "check_env_config", "make_multiturn_sampler"]
 
@@ -264,39 +265,22 @@ class MultiTurnSampler:
 
     def _to_batch(self, eps: list[_Episode], problems: Sequence[Any], params: SamplingParams,
                   policy_version: int) -> RolloutBatch:
-        n = len(eps)
-        width = max([len(e.tokens) for e in eps] + [1])
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.float32)
-        loss = torch.zeros((n, width), dtype=torch.float32)
-        slogp = torch.zeros((n, width), dtype=torch.float32)
+        gens = [Generation(e.tokens, e.logps, "length" if e.turn_finish and e.turn_finish[-1] == "length" else "eos")
+                for e in eps]
+        batch = generations_to_batch([e.prompt for e in eps], gens, group_ids=[e.group for e in eps],
+                                     prompt_index=[e.problem_index for e in eps], problems=list(problems),
+                                     pad_token_id=self.pad_token_id, temperature=params.temperature,
+                                     policy_version=policy_version)
+        loss = torch.zeros_like(batch.completion_mask)
         for i, e in enumerate(eps):
-            k = len(e.tokens)
-            if k:
-                ids[i, :k] = torch.tensor(e.tokens, dtype=torch.long)
-                mask[i, :k] = 1.0
-                loss[i, :k] = torch.tensor(e.loss, dtype=torch.float32)
-                slogp[i, :k] = torch.tensor(e.logps, dtype=torch.float32)
+            loss[i, : len(e.loss)] = torch.tensor(e.loss, dtype=loss.dtype)
         rewards = torch.tensor([e.reward for e in eps], dtype=torch.float32)
-        batch = RolloutBatch(
-            context_ids=[list(e.prompt) for e in eps],
-            completion_ids=ids,
-            completion_mask=mask,
-            group_id=torch.tensor([e.group for e in eps], dtype=torch.long),
-            prompt_index=torch.tensor([e.problem_index for e in eps], dtype=torch.long),
-            is_truncated=torch.tensor([bool(e.turn_finish) and e.turn_finish[-1] == "length" for e in eps]),
-            sampling_temperature=torch.full((n,), float(params.temperature)),
-            logprob_temperature=torch.full((n,), float(params.temperature)),
-            policy_version=torch.full((n,), int(policy_version), dtype=torch.long),
-            sampler_logp=slogp,
-            problems=list(problems),
-            loss_mask=loss,
-            rewards=rewards,
-            correct=torch.tensor([e.correct if e.correct is not None and e.finish not in ("error", "timeout")
-                                  else e.reward > 0 for e in eps], dtype=torch.bool),
-            texts=self.tokenizer.batch_decode([e.tokens for e in eps], skip_special_tokens=True),
-            feedback=[e.feedback for e in eps],
-        )
+        batch.loss_mask = loss
+        batch.rewards = rewards
+        batch.correct = torch.tensor([e.correct if e.correct is not None and e.finish not in ("error", "timeout")
+                                      else e.reward > 0 for e in eps], dtype=torch.bool)
+        batch.texts = self.tokenizer.batch_decode([e.tokens for e in eps], skip_special_tokens=True)
+        batch.feedback = [e.feedback for e in eps]
         batch.reward_components[self.reward_name] = rewards.clone()
         return batch
 
