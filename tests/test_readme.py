@@ -65,6 +65,8 @@ def test_every_readme_command_runs_on_the_tiny_model(tmp_path, monkeypatch, caps
     Path("my_overrides.yaml").write_text("learning_rate: 2.0e-5\n")  # the README's "your own overrides" file
     Path("gsm8k_test.jsonl").write_text("".join(  # the README's "your copy of the GSM8K test split"
         f'{{"question": "What is {i} + {i}?", "answer": "#### {2 * i}"}}\n' for i in range(3)))
+    for block in _blocks("py"):  # files the README's commands use (`# my_env.py` on the first line)
+        Path(block.splitlines()[0].lstrip("# ").strip()).write_text(block)
     for cmd in _commands():
         if not cmd.startswith("rlvr ") or NEEDS_VLLM in cmd:
             continue

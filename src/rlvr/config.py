@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 from rlvr.config_sections import (
     DistributedConfig,
     DynamicSamplingConfig,
+    EnvConfig,
     EvalConfig,
     FBOSConfig,
     IBTPOConfig,
@@ -119,7 +120,7 @@ class RLConfig(_Strict):
     schedule: str = "on_policy"
     loss_masks: list[str] = Field(default_factory=list)
     batch_filters: list[str] = Field(default_factory=list)
-    # the parts' own sections (mu_grpo, uec, ib_tpo, fbos, plugins'): rlvr.registry.CONFIG_SECTIONS, config_model()
+    # the parts' own sections (env, mu_grpo, uec, ib_tpo, fbos, plugins'): rlvr.registry.CONFIG_SECTIONS, config_model()
     # run-time robustness and I/O
     save_steps: int = Field(0, ge=0)
     save_total_limit: int | None = Field(None, ge=1)  # keep the newest N checkpoint-* folders (TRL's name)

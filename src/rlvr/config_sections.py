@@ -512,6 +512,27 @@ prompts cause; the server itself is started with ``--seed`` = the run seed. ``we
         return self
 
 
+class EnvConfig(_Strict):
+    """A multi-turn environment (``env:``; :mod:`rlvr.envs`, docs/environments.md); off when ``type`` is unset.
+
+    ``type``: a built-in name (``single``, ``feedback``, ``tools``) or ``"my_module:MyEnv"`` (importable,
+    or in the working directory); setting it makes ``sampler: group`` run episodes
+    (:mod:`rlvr.samplers.multiturn`). ``max_turns``: model turns per episode. ``max_tokens``: token
+    budget per trajectory after the prompt, model and environment tokens together (``None`` =
+    ``max_turns × max_completion_length``; each model turn is still capped by ``max_completion_length``).
+    ``timeout_s``: wall clock per episode (0 = none). Every other key is a keyword argument of the
+    environment's class (e.g. ``max_retries`` for ``feedback``, ``tools`` for ``tools``), checked against
+    its constructor before any model loads.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+
+    type: str | None = None
+    max_turns: int = Field(4, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    timeout_s: float = Field(60.0, ge=0)
+
+
 # the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
-for _name, _model in (("mu_grpo", MuGRPOConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
+for _name, _model in (("env", EnvConfig), ("mu_grpo", MuGRPOConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
     register_section(_name, _model)

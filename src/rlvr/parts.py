@@ -35,6 +35,7 @@ from rlvr.core.advantages import check_group_sizes, grpo_advantages, rloo_advant
 from rlvr.distributed.stats import global_std
 from rlvr.registry import Registry
 from rlvr.samplers.group import GroupSampler, PromptEncoder
+from rlvr.samplers.multiturn import check_env_config, make_multiturn_sampler
 from rlvr.types import RolloutBatch
 
 
@@ -97,8 +98,12 @@ CONFIG_CHECKS: Registry[Callable[[Any], None]] = Registry("config check", "rlvr.
 
 
 @SAMPLERS.register("group")
-def make_group_sampler(ctx: SamplerContext) -> GroupSampler:
-    """``SAMPLERS["group"]``: G completions per prompt (:class:`rlvr.samplers.group.GroupSampler`)."""
+def make_group_sampler(ctx: SamplerContext) -> Any:
+    """``SAMPLERS["group"]``: G completions per prompt (:class:`rlvr.samplers.group.GroupSampler`), or G
+    environment episodes per prompt when ``env.type`` is set (:func:`make_multiturn_sampler`)."""
+    env = getattr(ctx.cfg, "env", None)
+    if env is not None and env.type is not None:
+        return make_multiturn_sampler(ctx)
     return GroupSampler(ctx.engine, ctx.encoder, ctx.pad_token_id)
 
 
@@ -170,3 +175,7 @@ def rloo_estimator(batch: RolloutBatch, ctx: AdvantageContext) -> tuple[torch.Te
 
 grpo_estimator.groupwise = True  # type: ignore[attr-defined]
 rloo_estimator.groupwise = True  # type: ignore[attr-defined]
+
+
+SAMPLERS.register("multiturn")(make_multiturn_sampler)  # environment episodes (rlvr.samplers.multiturn)
+CONFIG_CHECKS.register("env")(check_env_config)  # env.type imports; the sampler can run episodes

@@ -18,6 +18,9 @@ import torch
 
 FinishReason = Literal["eos", "length"]
 
+EPISODE_FINISH_REASONS: tuple[str, ...] = ("eos", "length", "max_turns", "env_done", "error", "timeout")
+"""How an environment episode (:mod:`rlvr.envs`) ended, as logged under ``env/finish/<reason>``."""
+
 # ---- context kinds (RolloutBatch.context_kind): set by samplers, read by estimators, filters, schedules
 KIND_REGULAR = "regular"
 """A row sampled and scored under the task prompt (hard-prompt sampler's regular rows)."""
@@ -164,6 +167,11 @@ class RolloutBatch:
         generated_tokens: decode tokens the sampler spent on this batch (a tree row's path shares
             tokens with others); ``None``: the completion tokens.
         metrics: the sampler's, estimator's and filters' scalars for this batch (logged once per round).
+        loss_mask: ``[N, T]`` float or ``None``: 1 on tokens the policy sampled, 0 on environment and
+            template tokens inside a multi-turn completion (:mod:`rlvr.envs`). ``None`` (every
+            single-turn sampler) means all ones. ``completion_mask`` then spans the whole post-prompt
+            sequence (model and environment tokens: what the forward feeds), and every consumer that
+            counts or weights tokens reads :attr:`model_mask` instead.
     """
 
     context_ids: list[list[int]]
@@ -192,14 +200,32 @@ class RolloutBatch:
     variable_group_sizes: bool = False
     generated_tokens: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    loss_mask: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.context_ids)
 
     @property
     def completion_lengths(self) -> torch.Tensor:
-        """``[N]`` long: generated tokens per row."""
+        """``[N]`` long: completion tokens per row (the sequence the forward feeds after the context; in a
+        multi-turn row this includes environment tokens, see :attr:`model_lengths`)."""
         return self.completion_mask.sum(dim=1).long()
+
+    @property
+    def model_mask(self) -> torch.Tensor:
+        """``[N, T]``: ``completion_mask ⊙ loss_mask``, 1 on the tokens the policy sampled. The one mask
+        every loss, metric and length that counts model tokens reads; without a ``loss_mask`` it is
+        ``completion_mask`` itself (the same tensor, so single-turn numbers are bit-identical).
+
+        Source: issue 26 item 3 (verl's ``response_mask``, TRL's ``tool_mask``)."""
+        if self.loss_mask is None:
+            return self.completion_mask
+        return self.completion_mask * self.loss_mask.to(self.completion_mask.dtype)
+
+    @property
+    def model_lengths(self) -> torch.Tensor:
+        """``[N]`` long: tokens the policy sampled per row (:attr:`model_mask` summed)."""
+        return self.model_mask.sum(dim=1).long()
 
     def generated_rows(self, view_only_kinds: Sequence[str] = ()) -> list[int]:
         """Indices of the rows that hold generated sequences: all rows except those whose

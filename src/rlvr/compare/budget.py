@@ -132,5 +132,5 @@ def generated_counts(batch: Any, view_only_kinds: tuple[str, ...] = ()) -> tuple
     prefix once per leaf, and an equal-token budget would then be unfair to the tree)."""
     rows = batch.generated_rows(view_only_kinds)
     decoded = getattr(batch, "generated_tokens", None)
-    toks = int(decoded) if decoded is not None else int(batch.completion_mask[rows].sum())
+    toks = int(decoded) if decoded is not None else int(batch.model_mask[rows].sum())
     return len(rows), toks

@@ -82,10 +82,13 @@ def loss_weights(batch: Any, *, mask_truncated: bool) -> torch.Tensor:
 
     Args:
         batch: anything with ``completion_mask`` ``[N, T]``, ``token_weights`` ``[N, T] | None`` and
-            ``is_truncated`` ``[N]`` (a :class:`rlvr.types.RolloutBatch`).
+            ``is_truncated`` ``[N]`` (a :class:`rlvr.types.RolloutBatch`). Where it has a ``model_mask``
+            (the completion mask times a multi-turn ``loss_mask``), that is ``M``: environment tokens
+            weigh 0 in every term and every normaliser.
         mask_truncated: drop truncated rows (``mask_truncated_completions``).
 
-    Source: grpo_core.md §5.4.
+    Source: grpo_core.md §5.4; issue 26 item 3 (the loss mask of environment tokens).
     """
-    trunc = truncation_mask(batch.is_truncated, batch.completion_mask.shape[1]) if mask_truncated else None
-    return combine_masks(batch.completion_mask, batch.token_weights, trunc)
+    M = getattr(batch, "model_mask", batch.completion_mask)
+    trunc = truncation_mask(batch.is_truncated, M.shape[1]) if mask_truncated else None
+    return combine_masks(M, batch.token_weights, trunc)

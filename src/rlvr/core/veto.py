@@ -149,7 +149,8 @@ def veto_metrics(
           with ``A < 0`` (with ``[B, T]`` advantages: rows with a negative masked-in token);
         * ``mu_grpo/veto_token_frac``: vetoed masked-in tokens / masked-in tokens;
         * ``mu_grpo/trigger_pos_frac``: ``Σ κ_i / L_i`` over responses with a trigger / their count
-          (``κ`` the 0-based index of the first trigger, ``L`` the response's masked-in length);
+          (``κ`` the 0-based index of the first trigger among the masked-in tokens, ``L`` the response's
+          masked-in length);
         * ``mu_grpo/ratio_neg_mean``: ``Σ ρ`` over masked-in tokens with ``A < 0`` / their count (Fig. 3's
           collapse indicator ``E[ρ_t | A_t < 0]``);
         * ``mu_grpo/ratio_pos_mean``: the same over ``A > 0``.
@@ -169,7 +170,9 @@ def veto_metrics(
     trig_rows = trig.any(dim=-1)
     rho = lr.double().exp()
     L = M.sum(dim=-1).double()
-    first = torch.where(trig, torch.arange(lr.shape[1]).expand_as(trig), lr.shape[1]).min(dim=-1).values.double()
+    pos = M.long().cumsum(dim=-1) - 1  # index among masked-in tokens (= t for a mask starting at 0; a
+    # multi-turn row's environment tokens, M = 0, are not counted)
+    first = torch.where(trig, pos, lr.shape[1]).min(dim=-1).values.double()
     pos_frac = torch.where(trig_rows, first / L.clamp_min(1), torch.zeros_like(L))
     vetoed = M & (veto_mask.detach() == 0)
     return {

@@ -138,7 +138,7 @@ def evaluate(
                                     seed=seed + index)
             batch = sampler.sample(chunk, n_draw, params, first_group_id=index)
             texts = scorer.decode(batch)
-            lens, clipped = batch.completion_lengths.tolist(), batch.is_truncated.tolist()
+            lens, clipped = batch.model_lengths.tolist(), batch.is_truncated.tolist()
             for p_i, prob in enumerate(chunk):
                 rows = (batch.prompt_index == p_i).nonzero(as_tuple=True)[0].tolist()
                 samples = []

@@ -20,49 +20,75 @@ from rlvr.tasks.base import Problem, Split, Task, Verdict
 RewardFn = Callable[..., Any]
 
 
-def _import_module(module: str, spec: str) -> Any:
+def _import_module(module: str, spec: str, key: str = "task.reward_fn") -> Any:
     if module.endswith(".py") or os.sep in module or "/" in module:
         path = Path(module)
         why = not_regular_file(path)
         if why:
-            raise ConfigError(f"task.reward_fn={spec!r}: file {module!r} "
+            raise ConfigError(f"{key}={spec!r}: file {module!r} "
                               f"{'not found' if why == 'does not exist' else why + ' (expected a Python file)'}")
         mod_name = f"rlvr_reward_{path.stem}"
         file_spec = importlib.util.spec_from_file_location(mod_name, path)
         if file_spec is None or file_spec.loader is None:  # pragma: no cover - only for odd suffixes
-            raise ConfigError(f"task.reward_fn={spec!r}: cannot import {module!r} as a Python file")
+            raise ConfigError(f"{key}={spec!r}: cannot import {module!r} as a Python file")
         mod = importlib.util.module_from_spec(file_spec)
         sys.modules[mod_name] = mod
         try:
             file_spec.loader.exec_module(mod)
         except Exception as exc:
             sys.modules.pop(mod_name, None)
-            raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
         return mod
     top = module.split(".")[0]
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name != top or os.getcwd() in sys.path:
-            raise ConfigError(f"task.reward_fn={spec!r}: cannot import module {module!r} ({exc})") from exc
+            raise ConfigError(f"{key}={spec!r}: cannot import module {module!r} ({exc})") from exc
     except Exception as exc:
-        raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
     # the `rlvr` console script does not put the working directory on sys.path: try it once
     sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            f"task.reward_fn={spec!r}: cannot import module {module!r} ({exc}); it must be importable "
+            f"{key}={spec!r}: cannot import module {module!r} ({exc}); it must be importable "
             "(installed, on PYTHONPATH, or in the working directory), or give a file: 'path/to/file.py:function'"
         ) from exc
     except Exception as exc:
-        raise ConfigError(f"task.reward_fn={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         try:
             sys.path.remove(os.getcwd())
         except ValueError:  # pragma: no cover
             pass
+
+
+def load_attribute(spec: str, key: str, what: str = "function") -> Any:
+    """Import ``"module:attr"`` (or ``"path/to/file.py:attr"``; ``attr`` may be dotted) for config key ``key``.
+
+    The module may be installed, on ``PYTHONPATH`` or in the working directory (tried once when the
+    ``rlvr`` console script did not put it on ``sys.path``).
+
+    Raises:
+        ConfigError: naming ``key``: no colon; module not found or failing on import (with its error);
+            attribute missing (with close names from the module).
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ConfigError(f"{key} must look like 'module:{what}', got {spec!r}")
+    module, _, attr = spec.rpartition(":")
+    if not module or not attr:
+        raise ConfigError(f"{key} must look like 'module:{what}', got {spec!r}")
+    obj: Any = _import_module(module, spec, key)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"{key}={spec!r}: {module!r} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    return obj
 
 
 def load_reward_fn(spec: str) -> RewardFn:
@@ -79,20 +105,9 @@ def load_reward_fn(spec: str) -> RewardFn:
         ConfigError: no colon; module not found or failing on import (with its error); attribute
             missing (with close names from the module); or the attribute is not callable.
     """
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ConfigError(f"task.reward_fn must look like 'module:function', got {spec!r}")
-    module, _, attr = spec.rpartition(":")
-    if not module or not attr:
-        raise ConfigError(f"task.reward_fn must look like 'module:function', got {spec!r}")
-    obj: Any = _import_module(module, spec)
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(f"task.reward_fn={spec!r}: {module!r} has no attribute {part!r}{hint}")
-        obj = getattr(obj, part)
+    obj = load_attribute(spec, "task.reward_fn")
     if not callable(obj):
+        attr = spec.rpartition(":")[2]
         raise ConfigError(f"task.reward_fn={spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
     return obj
 

@@ -93,7 +93,8 @@ def _local_completion_logprobs(
     entropy_grad: bool = False,
     share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs ``[n, T]`` of the batch's completion tokens (0 at padding) and entropy ``[n, T]``.
+    """Log-probs ``[n, T]`` of the batch's completion tokens (0 at padding and at environment tokens of
+    a multi-turn row, whose ``loss_mask`` is 0: they are fed as inputs, never scored) and entropy ``[n, T]``.
 
     With ``share_prompt`` and ``n > 1`` rows that all have the same context, the context runs once
     (:func:`shared_context_hidden`); otherwise every row runs ``context + completion``. Both give the
@@ -124,7 +125,7 @@ def _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, e
     # [n, T] results come back to the batch's device, where the loss is computed
     weight, bias = lm_head_params(model)
     dev = weight.device
-    mask = batch.completion_mask > 0  # [n, T]
+    mask = batch.model_mask > 0  # [n, T]: tokens the policy sampled (environment tokens are inputs only)
     rows, cols = mask.nonzero(as_tuple=True)  # selected completion tokens, k of them
     if share_prompt and shares_context(batch) and not _warn_unshared(model):
         h = shared_context_hidden(model, batch, rows, cols, pad_token_id)  # [k, H]

@@ -31,7 +31,7 @@ def rollout_metrics(batch: RolloutBatch, view_only_kinds: tuple[str, ...] = ()) 
     if keep and len(keep) < len(batch):
         batch = batch.select(keep)
     r = batch.rewards.float()
-    lengths = batch.completion_lengths.float()
+    lengths = batch.model_lengths.float()  # tokens the policy sampled (multi-turn: environment tokens left out)
     term = lengths[~batch.is_truncated]
     out = {
         "reward/mean": float(r.mean()),

@@ -242,7 +242,7 @@ class BatchPreparation:
             timings["timing/ref_logprob_s"] = time.perf_counter() - t
             if cfg.kl_in_reward:
                 kl = kl_penalty(batch.old_logp, batch.ref_logp, canonical_kl_estimator(cfg.kl_estimator))
-                batch.rewards = batch.rewards - cfg.beta * (kl * batch.completion_mask).sum(dim=1)
+                batch.rewards = batch.rewards - cfg.beta * (kl * batch.model_mask).sum(dim=1)
         if not need_old and not overlapped:
             batch.old_logp = None  # every row trained once, at once: ratio ≡ 1 via sg(logp)
 

@@ -90,7 +90,7 @@ def shape_rewards(batch: RolloutBatch, cfg: Any) -> None:
     """Add the DAPO soft overlong penalty to ``batch.rewards`` in place when configured (§9.3)."""
     if cfg.overlong_buffer_len:
         pen = overlong_penalty(
-            batch.completion_lengths, max_completion_length=cfg.max_completion_length,
+            batch.model_lengths, max_completion_length=cfg.max_completion_length,
             buffer_len=cfg.overlong_buffer_len, factor=cfg.overlong_penalty_factor,
         )
         batch.reward_components["overlong"] = pen

@@ -292,7 +292,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                             raise self._interrupted(stop.requested) from None
                     self._check_reward_failures(self._round_reward_counts, snap)
                     self._round_reward_counts = None
-                    gen_tokens = int(batch.completion_mask.sum()) if len(batch) else 0
+                    gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
                     start = 0

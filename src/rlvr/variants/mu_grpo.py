@@ -61,7 +61,7 @@ class VetoMask:
             raise ValueError("VetoMask: the micro-batch has no advantages")
         logp = logp.detach()
         log_ratio = torch.zeros_like(logp) if old_logp is None else logp - old_logp.detach()
-        mask = micro.completion_mask
+        mask = micro.model_mask  # environment tokens are never vetoed nor counted
         veto = neg_veto_mask(log_ratio, micro.advantages, mask, self.threshold, self.scope)
         return veto, veto_metrics(log_ratio, micro.advantages, mask, veto, self.threshold)
 

@@ -1,0 +1,213 @@
+"""The ``tools`` environment: the model calls plain Python functions, reads their output, then answers.
+
+* Schemas come from each function's signature and docstring through transformers'
+  ``get_json_schema`` and reach the prompt through the chat template's ``tools=`` (the sampler reads
+  :attr:`ToolEnv.tools`).
+* Tool calls are parsed from the model's turn by a parser of :data:`TOOL_PARSERS` (``hermes``: the
+  Hermes / Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` format).
+* Each call runs in its own daemon thread with ``tool_timeout_s``; an exception, a timeout, an
+  unknown tool or an unparseable call becomes a ``tool`` message saying so (counted in
+  ``info["tool_errors"]``), never a crash. Output longer than ``max_output_chars`` is cut, with a note.
+* The episode ends when the model answers without a tool call (the task's verifier scores that
+  answer) or at ``env.max_turns`` (reward 0: no answer was given).
+
+Source: issue 26 item 5; the format is Hermes-2-Pro's / Qwen2.5's function calling
+(``<tool_call>`` tags, as vLLM's ``hermes`` tool parser reads them).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import re
+from typing import Any, Callable, Sequence
+
+from rlvr.envs.base import ENVS, Step
+from rlvr.envs.builtin import TaskEnv
+from rlvr.envs.runner import EnvFault, call_many
+from rlvr.registry import Registry
+
+__all__ = ["TOOL_PARSERS", "TOOLS", "ToolCall", "ToolEnv", "calculator", "parse_hermes"]
+
+
+class ToolCall:
+    """One parsed call: ``name`` and ``arguments`` (dict), or ``error`` (why it could not be parsed)."""
+
+    def __init__(self, name: str | None, arguments: dict[str, Any] | None = None, error: str | None = None) -> None:
+        self.name, self.arguments, self.error = name, arguments or {}, error
+
+    def __repr__(self) -> str:
+        return f"ToolCall({self.name!r}, {self.arguments!r}, error={self.error!r})"
+
+
+TOOL_PARSERS: Registry[Callable[[str], list[ToolCall]]] = Registry("env.parser", "rlvr.envs.tools.TOOL_PARSERS")
+"""``env.parser`` → ``(action text) -> [ToolCall]`` (empty: the turn is a final answer)."""
+
+_HERMES = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+
+
+@TOOL_PARSERS.register("hermes")
+def parse_hermes(text: str) -> list[ToolCall]:
+    """Calls in Hermes / Qwen format: each ``<tool_call>{"name": str, "arguments": object}</tool_call>``.
+
+    A block whose JSON does not parse, lacks a string ``name`` or has non-object ``arguments`` (a JSON
+    string holding an object is accepted, as some models write it), or an unclosed ``<tool_call>``,
+    gives a :class:`ToolCall` with ``error`` set.
+    """
+    calls = []
+    for m in _HERMES.finditer(text):
+        body, closed = m.group(1).strip(), bool(m.group(2))
+        if not closed:
+            calls.append(ToolCall(None, error="unclosed <tool_call> (no </tool_call>)"))
+            continue
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as exc:
+            calls.append(ToolCall(None, error=f"the tool call is not valid JSON ({exc.msg} at char {exc.pos})"))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            calls.append(ToolCall(None, error='a tool call must be a JSON object with a string "name"'))
+            continue
+        args = obj.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                pass
+        if not isinstance(args, dict):
+            calls.append(ToolCall(obj["name"], error='"arguments" must be a JSON object'))
+            continue
+        calls.append(ToolCall(obj["name"], args))
+    return calls
+
+
+_OPS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.USub: operator.neg, ast.UAdd: operator.pos,
+}
+
+
+def _eval(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _eval(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise ValueError("exponent too large (|exponent| <= 64)")
+        return _OPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_eval(node.operand))
+    raise ValueError(f"unsupported expression element {type(node).__name__} (numbers and + - * / // % ** only)")
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression and return its value.
+
+    Args:
+        expression: an arithmetic expression of numbers, parentheses and + - * / // % **, e.g. "(3 + 4) * 12".
+    """
+    value = _eval(ast.parse(str(expression), mode="eval"))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("the result is not finite")
+        if value.is_integer():
+            value = int(value)
+    return str(value)
+
+
+TOOLS: Registry[Callable[..., Any]] = Registry("env.tools", "rlvr.envs.tools.TOOLS")
+"""Built-in tools by name (``calculator``); any other entry of ``env.tools`` is ``"module:function"``."""
+TOOLS.register("calculator")(calculator)
+
+
+def _resolve_tool(spec: Any) -> Callable[..., Any]:
+    if callable(spec):
+        return spec
+    if isinstance(spec, str) and ":" in spec:
+        from rlvr.tasks.custom import load_attribute
+
+        fn = load_attribute(spec, "env.tools", what="function")
+        if callable(fn):
+            return fn
+        raise ValueError(f"env.tools: {spec!r} is not callable")
+    return TOOLS[str(spec)]
+
+
+@ENVS.register("tools")
+class ToolEnv(TaskEnv):
+    """Tool use over plain Python callables, answered and scored by the task's verifier.
+
+    Args:
+        task / system_prompt: from the run.
+        tools: callables, built-in names (``calculator``) or ``"module:function"`` strings; each needs
+            type hints and a Google-style docstring with an ``Args:`` section (``get_json_schema``).
+        parser: key of :data:`TOOL_PARSERS`.
+        tool_timeout_s: seconds one call may run (> 0).
+        max_output_chars: a tool's output (or error) longer than this is cut to it, with a note saying
+            how much was left out.
+
+    Raises:
+        ValueError / UnknownNameError / transformers' ``TypeHintParsingException`` /
+        ``DocstringParsingException``: no tools, an unknown tool or parser, a tool without a schema.
+    """
+
+    observation_roles: tuple[str, ...] = ("tool",)
+
+    def __init__(self, task: Any, system_prompt: str | None = None, tools: Sequence[Any] = ("calculator",),
+                 parser: str = "hermes", tool_timeout_s: float = 5.0, max_output_chars: int = 1000) -> None:
+        from transformers.utils import get_json_schema
+
+        super().__init__(task, system_prompt)
+        if isinstance(tools, (str, bytes)) or not tools:
+            raise ValueError(f"env.tools must be a non-empty list of tools, got {tools!r}")
+        if not tool_timeout_s > 0 or int(max_output_chars) < 1:
+            raise ValueError("env.tool_timeout_s must be > 0 and env.max_output_chars >= 1")
+        self.functions = {fn.__name__: fn for fn in map(_resolve_tool, tools)}
+        self.tools = [get_json_schema(fn) for fn in self.functions.values()]
+        self.parse = TOOL_PARSERS[parser]
+        self.tool_timeout_s = float(tool_timeout_s)
+        self.max_output_chars = int(max_output_chars)
+
+    def _cut(self, text: str) -> str:
+        if len(text) <= self.max_output_chars:
+            return text
+        return text[: self.max_output_chars] + f"\n[output truncated: {len(text) - self.max_output_chars} more characters]"
+
+    def _run_calls(self, calls: list[ToolCall]) -> tuple[list[str], int]:
+        """Output text per call and the number that failed."""
+        import time
+
+        jobs, outs = [], [""] * len(calls)
+        deadline = time.monotonic() + self.tool_timeout_s
+        for i, c in enumerate(calls):
+            if c.error is not None:
+                outs[i] = f"Error: {c.error}"
+            elif c.name not in self.functions:
+                outs[i] = f"Error: unknown tool {c.name!r} (tools: {', '.join(self.functions)})"
+            else:
+                jobs.append((i, c))
+        errors = len(calls) - len(jobs)
+        results = call_many([(lambda fn=self.functions[c.name], kw=c.arguments: fn(**kw), (), deadline) for _, c in jobs])
+        for (i, c), r in zip(jobs, results):
+            if isinstance(r, EnvFault):
+                errors += 1
+                why = (f"timed out after {self.tool_timeout_s:g} s" if r.kind == "timeout" else r.text)
+                outs[i] = f"Error: tool {c.name!r} {why}"
+            else:
+                outs[i] = r if isinstance(r, str) else json.dumps(r, default=str)
+        return [self._cut(o) for o in outs], errors
+
+    def step(self, action: str) -> Step:
+        """Run the tool calls of ``action``; without any, score it as the final answer and end."""
+        calls = self.parse(action)
+        if not calls:
+            score, correct, feedback = self._judge(action)
+            return Step([], score, True, feedback, {"correct": correct, "tool_calls": 0, "tool_errors": 0})
+        outs, errors = self._run_calls(calls)
+        obs = [{"role": "tool", "name": c.name or "unknown", "content": o} for c, o in zip(calls, outs)]
+        return Step(obs, 0.0, False, None, {"tool_calls": len(calls), "tool_errors": errors})
