@@ -62,8 +62,8 @@ def test_a_failing_episode_ends_with_reward_zero_and_one_warning(make_sampler, w
         b2 = s.sample(PROBLEMS, 3, PARAMS)  # the same fault again: counted, not warned again
     assert time.monotonic() - t0 < 10  # a hung step is abandoned at its deadline
     assert b.rewards.tolist() == [0.5] * 3 + [0.0] * 3 and not b.correct[3:].any()
-    assert b.meta["metrics"][f"env/finish/{finish}"] == 0.5 and b2.meta["metrics"][f"env/finish/{finish}"] == 0.5
-    assert b.meta["metrics"]["env/errors" if finish == "error" else "env/timeouts"] == 3
+    assert b.metrics[f"env/finish/{finish}"] == 0.5 and b2.metrics[f"env/finish/{finish}"] == 0.5
+    assert b.metrics["env/errors" if finish == "error" else "env/timeouts"] == 3
     msgs = [str(x.message) for x in w if "environment" in str(x.message)]
     assert len(msgs) == 1, msgs
     assert f"Flaky.{method} failed ({finish})" in msgs[0] and expected in msgs[0]
@@ -100,4 +100,4 @@ def test_a_non_finite_reward_is_the_wrong_type(make_sampler):
 
     with pytest.warns(UserWarning, match="expected a finite Step.reward"):
         b = make_sampler(ScriptedEngine(lambda ctx: [7, EOS]), NanEnv).sample(PROBLEMS[:1], 2, PARAMS)
-    assert b.rewards.tolist() == [0.0, 0.0] and b.meta["metrics"]["env/finish/error"] == 1.0
+    assert b.rewards.tolist() == [0.0, 0.0] and b.metrics["env/finish/error"] == 1.0

@@ -31,7 +31,7 @@ def test_turn_one_groups_each_prompt_and_later_turns_are_one_call(make_sampler, 
         assert ctx == b.context_ids[i] + b.completion_ids[i, : len(ctx) - len(b.context_ids[i])].tolist()
     assert b.group_id.tolist() == [10] * 3 + [11] * 3
     assert b.rewards.tolist() == [0.75] * 6 and b.correct.all()
-    m = b.meta["metrics"]
+    m = b.metrics
     assert m["env/turns_mean"] == 3 and m["env/finish/env_done"] == 1.0 and m["env/turn_reward/2"] == 0.25
 
 
@@ -52,7 +52,7 @@ def test_tokens_are_the_whole_conversation_rendered_once(make_sampler, tiny):
     assert b.loss_mask[0, :k].tolist() == model + [0.0] * obs + model
     assert b.sampler_logp[0, :k].tolist() == [-0.5] * len(model) + [0.0] * obs + [-0.5] * len(model)
     assert b.model_lengths.tolist() == [2 * len(model)] * 2
-    assert b.meta["metrics"]["env/env_tokens"] == obs and b.meta["metrics"]["env/model_tokens"] == 2 * len(model)
+    assert b.metrics["env/env_tokens"] == obs and b.metrics["env/model_tokens"] == 2 * len(model)
 
 
 def test_token_budget_caps_turns_and_stops_before_an_observation_that_does_not_fit(make_sampler, tiny):
@@ -62,18 +62,18 @@ def test_token_budget_caps_turns_and_stops_before_an_observation_that_does_not_f
     b = make_sampler(eng, lambda: CountingEnv(5), max_tokens=8).sample(PROBLEMS[:1], 2, SamplingParams(max_new_tokens=6))
     assert eng.calls[0][0][2] is None  # 8 left >= the 6-token cap
     assert b.completion_mask.sum(1).tolist() == [6, 6]  # the observation (> 1 token left) was not appended
-    assert b.meta["metrics"]["env/finish/length"] == 1.0 and b.is_truncated.all()
+    assert b.metrics["env/finish/length"] == 1.0 and b.is_truncated.all()
     eng2 = ScriptedEngine(lambda ctx: [7, EOS])
     b2 = make_sampler(eng2, lambda: CountingEnv(5), max_tokens=20).sample(PROBLEMS[:1], 1, PARAMS)
     used = int(b2.completion_mask.sum())
-    assert used <= 20 and b2.meta["metrics"]["env/finish/length"] == 1.0
+    assert used <= 20 and b2.metrics["env/finish/length"] == 1.0
     assert all(cap is None or cap <= 20 for call in eng2.calls for _, _, cap in call)
 
 
 def test_max_turns_ends_an_episode_the_env_does_not(make_sampler, tiny):
     _, tok = tiny
     b = make_sampler(ScriptedEngine(_answer(tok)), lambda: CountingEnv(99), max_turns=2).sample(PROBLEMS, 2, PARAMS)
-    m = b.meta["metrics"]
+    m = b.metrics
     assert m["env/turns_mean"] == 2 and m["env/finish/max_turns"] == 1.0 and b.rewards.tolist() == [0.5] * 4
 
 
@@ -88,7 +88,7 @@ def test_async_environment_methods_are_awaited(make_sampler, tiny):
             return super().step(action)
 
     b = make_sampler(ScriptedEngine(_answer(tok)), lambda: AsyncEnv(2)).sample(PROBLEMS[:1], 2, PARAMS)
-    assert b.rewards.tolist() == [0.5, 0.5] and b.meta["metrics"]["env/errors"] == 0
+    assert b.rewards.tolist() == [0.5, 0.5] and b.metrics["env/errors"] == 0
 
 
 def test_the_batch_trains(make_sampler, tiny):

@@ -92,7 +92,7 @@ def test_a_tool_episode_through_the_sampler(make_sampler, tiny):
     s = make_sampler(eng, lambda: ToolEnv(AnswerTask()), max_tokens=1000, max_prompt_length=1024)
     b = s.sample([PROBLEM], 2, SamplingParams(max_new_tokens=128))
     assert len(call) < 128
-    m = b.meta["metrics"]
+    m = b.metrics
     assert m["env/tool_calls"] == 1 and m["env/tool_errors"] == 0 and m["env/turns_mean"] == 2
     assert b.rewards.tolist() == [1.0, 1.0] and m["env/finish/env_done"] == 1.0
     text = tok.decode(b.context_ids[0] + b.completion_ids[0].tolist())

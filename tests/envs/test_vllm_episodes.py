@@ -29,4 +29,4 @@ def test_multiturn_episodes_over_the_vllm_engine(make_sampler):
         assert later
         lp = b.sampler_logp[i, :k][b.loss_mask[i, :k] == 1]
         assert (lp < 0).all() and (b.sampler_logp[i, :k][b.loss_mask[i, :k] == 0] == 0).all()
-    assert b.meta["metrics"]["env/turns_mean"] == 2 and b.meta["metrics"]["env/model_tokens"] > 0
+    assert b.metrics["env/turns_mean"] == 2 and b.metrics["env/model_tokens"] > 0
