@@ -9,6 +9,7 @@ are in ``docs/environments.md``.
 
 from rlvr.envs.base import ENVS, Environment, Step, env_factory, resolve_env_class
 from rlvr.envs import builtin, tools  # noqa: F401 (registers the built-in environments)
+from rlvr.envs import python_tool  # noqa: F401 (registers the built-in python tool)
 from rlvr.envs.builtin import FeedbackEnv, SingleTurnEnv
 from rlvr.envs.tools import TOOL_PARSERS, TOOLS, ToolEnv, calculator
 

@@ -121,7 +121,7 @@ def calculator(expression: str) -> str:
 
 
 TOOLS: Registry[Callable[..., Any]] = Registry("env.tools", "rlvr.envs.tools.TOOLS")
-"""Built-in tools by name (``calculator``); any other entry of ``env.tools`` is ``"module:function"``."""
+"""Built-in tools by name (``calculator``; ``python`` from :mod:`rlvr.envs.python_tool`); any other entry of ``env.tools`` is ``"module:function"``."""
 TOOLS.register("calculator")(calculator)
 
 
@@ -144,7 +144,7 @@ class ToolEnv(TaskEnv):
 
     Args:
         task / system_prompt: from the run.
-        tools: callables, built-in names (``calculator``) or ``"module:function"`` strings; each needs
+        tools: callables, built-in names (``calculator``, ``python``) or ``"module:function"`` strings; each needs
             type hints and a Google-style docstring with an ``Args:`` section (``get_json_schema``).
         parser: key of :data:`TOOL_PARSERS`.
         tool_timeout_s: seconds one call may run (> 0).
