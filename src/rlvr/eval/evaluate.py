@@ -21,6 +21,9 @@ from rlvr.samplers.group import GroupSampler, PromptEncoder
 from rlvr.types import SamplingParams
 
 ProblemCallback = Callable[[dict[str, Any]], None]
+SamplerFactory = Callable[[Any, PromptEncoder, Scorer], Any]
+"""``(engine, encoder, scorer) -> sampler`` for environment episodes (the CLI builds
+:func:`rlvr.samplers.multiturn.make_multiturn_sampler` from the run's ``env:``)."""
 
 
 def evaluate(
@@ -44,6 +47,7 @@ def evaluate(
     progress: bool = False,
     label: str | None = None,
     on_problem: ProblemCallback | None = None,
+    make_sampler: SamplerFactory | None = None,
 ) -> dict[str, Any]:
     """Sample ``num_samples`` completions per problem of ``split`` and report pass@k, maj@k and rewards.
 
@@ -78,6 +82,14 @@ def evaluate(
         on_problem: called after each problem with its record (uid, question, gold, every sample
             with text, extracted answer, verdict and reward; pass/maj outcomes) — e.g. to stream
             per-problem JSONL; the records are not kept in memory otherwise.
+        make_sampler: environment episodes instead of single completions (``env.type``): the factory's
+            :class:`rlvr.samplers.multiturn.MultiTurnSampler` runs each sample as an episode, as in
+            training. A sample's ``reward`` is the episode's reward (the sum of its step rewards), its
+            ``correct`` the sampler's verdict (the environment's last ``info["correct"]``, else
+            reward > 0; an episode that failed is not correct), its ``extracted`` answer (maj@k) the
+            task verifier's on the last model turn, ``length`` its model tokens, ``truncated`` its
+            last model turn hit a token cap, ``text`` the whole episode, and ``episode`` its turns, tool calls and
+            finish reasons; the result then has the ``env/*`` metrics of training over all samples.
 
     Returns:
         a JSON-serialisable dict: settings (``task``, ``split``, ``model``, ``num_problems``,
@@ -122,8 +134,9 @@ def evaluate(
     precision = _precision_of(model, engine)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
-    sampler = GroupSampler(engine, encoder, pad)
     scorer = Scorer(task, tokenizer)
+    sampler = GroupSampler(engine, encoder, pad) if make_sampler is None else make_sampler(engine, encoder, scorer)
+    env_faults = {"env/errors": 0.0, "env/timeouts": 0.0}
     stats = ScoreStats()
     bar = _progress_bar(len(problems), label, enabled=progress)
     t0 = time.perf_counter()
@@ -137,21 +150,16 @@ def evaluate(
             params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                     seed=seed + index)
             batch = sampler.sample(chunk, n_draw, params, first_group_id=index)
+            if make_sampler is not None:
+                for key in env_faults:
+                    env_faults[key] += float(batch.metrics.get(key, 0.0))
             texts = scorer.decode(batch)
             lens, clipped = batch.model_lengths.tolist(), batch.is_truncated.tolist()
             for p_i, prob in enumerate(chunk):
                 rows = (batch.prompt_index == p_i).nonzero(as_tuple=True)[0].tolist()
-                samples = []
-                for r in rows:
-                    v = scorer.judge_one(prob, texts[r], stats)
-                    samples.append({
-                        "text": texts[r],
-                        "extracted": None if v is None else v.extracted,
-                        "correct": bool(v is not None and v.correct),
-                        "reward": 0.0 if v is None else float(v.score),
-                        "length": int(lens[r]),
-                        "truncated": bool(clipped[r]),
-                    })
+                samples = [{**_sample(batch, r, texts[r], prob, scorer, stats,
+                                      None if make_sampler is None else sampler.last_episodes[r]),
+                            "length": int(lens[r]), "truncated": bool(clipped[r])} for r in rows]
                 rec = {**_problem_record(prob, samples, ks_used), "precision": precision}
                 slim.append({**rec, "question": None, "samples": [{**s, "text": None} for s in samples]})
                 generated += sum(s["length"] for s in samples)
@@ -188,11 +196,27 @@ def evaluate(
                                     else f"k > num_samples={num_samples}")
     out.update(summarize_records(slim, ks_used, seed=seed))
     out["reward/verifier_errors"] = stats.errors
+    if make_sampler is not None:
+        out.update(env_faults)
     out["time_s"] = round(elapsed, 2)
     out["tokens_per_s"] = round(generated / elapsed, 1) if elapsed > 0 else None
     out["torch_threads"] = torch.get_num_threads()
     out["per_problem"] = per_problem
     return out
+
+
+def _sample(batch: Any, r: int, text: str, prob: Any, scorer: Scorer, stats: ScoreStats,
+            episode: dict[str, Any] | None) -> dict[str, Any]:
+    """Row ``r`` of ``batch`` as a sample record (its text, answer, verdict, reward); an episode (``episode`` = the sampler's summary with
+    its last ``action``) keeps the sampler's reward and verdict (see :func:`evaluate`)."""
+    if episode is None:
+        v = scorer.judge_one(prob, text, stats)
+        return {"text": text, "extracted": None if v is None else v.extracted, "correct": bool(v is not None and v.correct),
+                "reward": 0.0 if v is None else float(v.score)}
+    episode = dict(episode)
+    v = scorer.judge_one(prob, episode.pop("action"), stats)
+    return {"text": text, "extracted": None if v is None else v.extracted, "correct": bool(batch.correct[r]),
+            "reward": float(batch.rewards[r]), "episode": episode}
 
 
 def _precision_of(model: Any, engine: Any) -> str:

@@ -23,7 +23,8 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
 
     Each record is a problem's line of the per-sample JSONL: ``n``, ``correct``, ``mean_reward``,
     ``seen_in_train``, ``pass`` / ``maj`` (``{str(k): outcome}``, the problem's unbiased pass@k and
-    its maj@k), and ``samples`` (each with ``extracted``, ``reward``, ``length``, ``truncated``).
+    its maj@k), and ``samples`` (each with ``extracted``, ``reward``, ``length``, ``truncated`` and, for
+    environment episodes, ``episode``).
 
     The value of a metric is the mean of its per-problem outcomes; its interval is
     :func:`rlvr.eval.stats.mean_with_ci` over the problems (Wilson when all outcomes are 0/1, else
@@ -34,7 +35,8 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         ``pass@k``, ``maj@k``, ``reward/mean`` and their ``ci95/`` (``[low, high]``) and
         ``ci_method/``; ``reward/pass_rate`` (correct samples / samples), ``answers/extracted_ratio``,
         ``completions/mean_length`` (tokens), ``completions/clipped_ratio``; ``unseen/num_problems`` and
-        ``unseen/pass@k`` when some problems were seen in training.
+        ``unseen/pass@k`` when some problems were seen in training; the ``env/*`` episode metrics
+        (:func:`rlvr.samplers.multiturn.episode_metrics`) when the samples carry an ``episode``.
 
     Raises:
         ValueError: no records, a record without a sample, or one that lacks an outcome for some k
@@ -44,6 +46,7 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
     n_samples = n_correct = voted = clipped = length = 0
     unseen_n: list[int] = []
     unseen_c: list[int] = []
+    episodes: list[dict[str, Any]] = []
     count = 0
     for rec in records:
         count += 1
@@ -63,6 +66,7 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         voted += sum(s.get("extracted") is not None for s in samples)
         clipped += sum(bool(s.get("truncated")) for s in samples)
         length += sum(int(s.get("length", 0)) for s in samples)
+        episodes += [s["episode"] for s in samples if s.get("episode") is not None]
         if not rec.get("seen_in_train", False):
             unseen_n.append(int(rec["n"]))
             unseen_c.append(int(rec["correct"]))
@@ -87,4 +91,8 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
     out["answers/extracted_ratio"] = voted / n_samples
     out["completions/mean_length"] = length / n_samples
     out["completions/clipped_ratio"] = clipped / n_samples
+    if episodes:  # environment episodes (env.type set): the training run's env/* metrics over all samples
+        from rlvr.samplers.multiturn import episode_metrics
+
+        out.update(episode_metrics(episodes))
     return out

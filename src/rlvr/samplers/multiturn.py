@@ -76,6 +76,15 @@ class _Episode:
     tool_errors: int = 0
     env_tokens: int = 0
     env_time_left: float = math.inf  # seconds of environment time this episode has left (env.timeout_s)
+    action: str = ""  # the last model turn, decoded
+
+    def summary(self) -> dict[str, Any]:
+        """Plain data of the finished episode (what :func:`episode_metrics` reads; ``rlvr eval`` keeps it
+        per sample)."""
+        return {"turns": len(self.turn_finish), "finish": self.finish, "turn_finish": list(self.turn_finish),
+                "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
+                "model_tokens": int(sum(self.loss)), "env_tokens": self.env_tokens,
+                "turn_rewards": list(self.turn_rewards)}
 
     @property
     def live(self) -> bool:
@@ -110,6 +119,7 @@ class MultiTurnSampler:
         self.engine, self.tokenizer, self.make_env, self.limits = engine, tokenizer, make_env, limits
         self.encoder, self.pad_token_id = encoder, pad_token_id
         self.faults = FaultLog()
+        self.last_episodes: list[dict[str, Any]] = []
         probe = make_env()
         self.tools = getattr(probe, "tools", None) or None
         self.reward_name = str(getattr(probe, "reward_name", "env"))
@@ -234,7 +244,8 @@ class MultiTurnSampler:
         """``len(problems) × num_generations`` episodes; group ``first_group_id + p`` is problem ``p``.
 
         Returns a scored batch (``rewards``, ``correct``, ``texts``, ``feedback``, ``loss_mask``) with the
-        round's ``env/*`` metrics in ``batch.metrics``.
+        round's ``env/*`` metrics in ``batch.metrics``; ``self.last_episodes`` then holds one
+        :meth:`_Episode.summary` per row (plus ``action``: its last model turn, decoded), in row order.
         """
         errors0, timeouts0 = self.faults.errors, self.faults.timeouts
         eps = self._reset(problems, num_generations, first_group_id)
@@ -251,6 +262,8 @@ class MultiTurnSampler:
             self._generate(live, params, turn)
             actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
             outs = self._calls(live, "step", [(a,) for a in actions])
+            for ep, a in zip(live, actions):
+                ep.action = a
             for ep, s, out in zip(live, starts, outs):
                 self._after_step(ep, out, ep.tokens[s:])
         closing = [e for e in eps if e.env is not None and callable(getattr(e.env, "close", None))]
@@ -259,7 +272,8 @@ class MultiTurnSampler:
             if isinstance(out, EnvFault):
                 self.faults.record(ep.env, "close", out)
         batch = self._to_batch(eps, problems, params, policy_version)
-        batch.metrics = {**episode_metrics(eps), "env/errors": float(self.faults.errors - errors0),
+        self.last_episodes = [{**e.summary(), "action": e.action} for e in eps]
+        batch.metrics = {**episode_metrics([e.summary() for e in eps]), "env/errors": float(self.faults.errors - errors0),
                                  "env/timeouts": float(self.faults.timeouts - timeouts0)}
         return batch
 
@@ -285,25 +299,26 @@ class MultiTurnSampler:
         return batch
 
 
-def episode_metrics(eps: Sequence[_Episode]) -> dict[str, float]:
+def episode_metrics(eps: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Per-episode means (``env/turns_mean``, ``env/tool_calls``, ``env/tool_errors``, ``env/model_tokens``,
     ``env/env_tokens``), finish-reason fractions (``env/finish/<reason>``, ``env/turn_finish/<reason>``)
-    and the mean reward of turn ``k`` over the episodes that reached it (``env/turn_reward/<k>``)."""
+    and the mean reward of turn ``k`` over the episodes that reached it (``env/turn_reward/<k>``).
+
+    Args:
+        eps: episode summaries (:meth:`_Episode.summary`: ``turns``, ``finish``, ``turn_finish``,
+            ``tool_calls``, ``tool_errors``, ``model_tokens``, ``env_tokens``, ``turn_rewards``).
+    """
     n = max(len(eps), 1)
-    out = {
-        "env/turns_mean": sum(len(e.turn_finish) for e in eps) / n,
-        "env/tool_calls": sum(e.tool_calls for e in eps) / n,
-        "env/tool_errors": sum(e.tool_errors for e in eps) / n,
-        "env/model_tokens": sum(int(sum(e.loss)) for e in eps) / n,
-        "env/env_tokens": sum(e.env_tokens for e in eps) / n,
-    }
+    out = {f"env/{key}": sum(e[key] for e in eps) / n
+           for key in ("tool_calls", "tool_errors", "model_tokens", "env_tokens")}
+    out = {"env/turns_mean": sum(e["turns"] for e in eps) / n, **out}
     for r in EPISODE_FINISH:
-        out[f"env/finish/{r}"] = sum(e.finish == r for e in eps) / n
-    turns = [f for e in eps for f in e.turn_finish]
+        out[f"env/finish/{r}"] = sum(e["finish"] == r for e in eps) / n
+    turns = [f for e in eps for f in e["turn_finish"]]
     for r in TURN_FINISH:
         out[f"env/turn_finish/{r}"] = sum(f == r for f in turns) / max(len(turns), 1)
-    for k in range(max([len(e.turn_rewards) for e in eps] + [0])):
-        got = [e.turn_rewards[k] for e in eps if len(e.turn_rewards) > k]
+    for k in range(max([len(e["turn_rewards"]) for e in eps] + [0])):
+        got = [e["turn_rewards"][k] for e in eps if len(e["turn_rewards"]) > k]
         out[f"env/turn_reward/{k + 1}"] = sum(got) / len(got)
     return out
 
