@@ -28,6 +28,8 @@ import platform
 from pathlib import Path
 from typing import Any, Iterator
 
+from rlvr.staging import write_text_atomic
+
 __all__ = ["CACHE_ENV", "cache_root", "probe_key", "verdict_path", "read_verdict", "write_verdict", "probe_lock"]
 
 CACHE_ENV = "RLVR_CACHE_DIR"
@@ -85,14 +87,9 @@ def write_verdict(key: dict[str, Any], verdict: dict[str, Any]) -> tuple[Path | 
         the verdict stands for this process regardless).
     """
     path = verdict_path(key)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": key, **verdict}, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps({"key": key, **verdict}, indent=2) + "\n")
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return None, f"{exc.strerror or exc}: {path.parent}"
     return path, ""
 

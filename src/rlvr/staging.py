@@ -10,11 +10,16 @@ progress: on the same host, a staging folder whose process is gone is stale; one
 touched (:func:`is_stale`). Names without an owner (written by rlvr before this module) or from another
 host carry no such proof; callers decide (an age limit, or an argument why nothing else can be writing).
 
-Imports only the standard library (layer 0: used by ``models``, ``lora``, ``testbed`` and the trainer).
+The one atomic *file* write (:func:`write_text_atomic`: a per-process temporary name, then ``os.replace``)
+lives here too, for the eval report, ``rlvr compare``'s result and piece files and the precision cache.
+
+Imports only the standard library (layer 0: used by ``models``, ``lora``, ``testbed``, ``precision_cache``,
+``eval``, ``compare`` and the trainer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -183,3 +188,23 @@ def remove_stale(folder: str | os.PathLike, accept: Callable[[dict[str, str]], b
             continue
         gone.append(p)
     return gone
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a per-process temporary file and ``os.replace``, so a
+    reader (or a kill at any moment) sees the old file or the new one, never half of one. Creates the
+    parent folder; a failed write removes its temporary file.
+
+    Raises:
+        OSError: the folder cannot be created or written (e.g. a full disk, a read-only home).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

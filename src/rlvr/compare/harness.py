@@ -38,7 +38,7 @@ from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401
 from rlvr.compare.spec import Arm, CompareSpec, _check_name  # noqa: F401 (re-exported)
 from rlvr.errors import ConfigError, IdleRunError
 from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
-from rlvr.eval.report import write_text_atomic
+from rlvr.staging import write_text_atomic
 from rlvr.text import plural
 
 

@@ -8,13 +8,13 @@ with the same problems, samples and seeds, then writes one Markdown table and on
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Sequence
 
 from rlvr.errors import ModelPathError
+from rlvr.staging import write_text_atomic
 
 BASE = "base"
 """``--checkpoint base``: the configuration's own model (``model.name_or_path``), e.g. step 0 of a curve."""
@@ -153,21 +153,6 @@ def write_report(rows: Sequence[dict[str, Any]], json_path: Path, md_path: Path,
     payload["rows"] = list(rows)
     write_text_atomic(json_path, json.dumps(payload, indent=2))
     write_text_atomic(md_path, markdown_table(rows))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a per-process temporary file and ``os.replace``, so a reader
-    (or a kill at any moment) sees the old file or the new one, never half of one. Creates the parent
-    folder. Used by the eval report and by ``rlvr compare``'s result and piece files.
-
-    Raises:
-        OSError: the folder cannot be created or written (e.g. a full disk).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class SamplesWriter:
