@@ -111,12 +111,10 @@ class BatchPreparation:
 
     def generate_batch(self, policy_version: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """:meth:`prepare_round`'s ``(batch, metrics)``; in the synchronous loop its signal becomes the
-        round's (``_round_signal``, read by the idle-round stop) and so do its reward counts
-        (``_round_reward_counts``, read by the reward-failure stop)."""
+        round's (``_round_signal``, read by the idle-round stop)."""
         r = self.prepare_round(policy_version)
         if policy_version is None:
             self._round_signal = r.signal
-            self._round_reward_counts = r.reward_counts
         return r.batch, r.metrics
 
     def prepare_round(self, policy_version: int | None = None) -> RoundResult:

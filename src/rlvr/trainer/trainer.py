@@ -276,9 +276,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                     snap = None
                     if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
                         r = self._pipeline.next()
-                        batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
-                        self._round_reward_counts = r.reward_counts
-                        self._last_samples = self._sample_rows(batch)
+                        self._last_samples = self._sample_rows(r.batch)
                     else:
                         snap = round_snapshot(self)
                         try:
@@ -286,12 +284,12 @@ class Trainer(BatchPreparation, OptimizerSteps):
                             # collectives) and the ranks stop together at the next step boundary
                             abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
                             with abandon, rollout_progress(self):
-                                batch, gen_metrics = self.generate_batch()
+                                r = self.prepare_round()
                         except _Abandon:
                             restore_round(self, snap)
                             raise self._interrupted(stop.requested) from None
-                    self._check_reward_failures(self._round_reward_counts, snap)
-                    self._round_reward_counts = None
+                    batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
+                    self._check_reward_failures(r.reward_counts, snap)
                     gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
                     self.pending_round = pending_round_state(self, batch)
                     opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
