@@ -464,6 +464,7 @@ class MuGRPOConfig(_Strict):
     veto_ratio_threshold: float = Field(1e-4, gt=0, le=1)
     veto_scope: Literal["suffix", "nontrigger_suffix", "sequence", "trigger_only", "none"] = "suffix"
     veto_denominator: Literal["drop", "keep"] = "drop"
+    veto_trigger: Literal["token", "prefix"] = "token"  # prefix: interpretation, see rlvr.core.veto
     reset_optimizer_each_stage: bool = False
     shuffle_groups_within_stage: bool = True
     stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"

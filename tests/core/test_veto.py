@@ -198,3 +198,53 @@ def test_brute_force_suffix_on_random_ratios():
                 assert veto[i, t].item() == want
                 if M[i, t] > 0 and A[i] < 0 and lr[i, t] < math.log(1e-3):
                     seen = True
+
+
+def _prefix_fixture():
+    """Row 0: A<0, no token below δ = 1e-4 (log δ ≈ −9.21) but the prefix sums −3, −6, −9.5, −9.6, −9.7,
+    −4.7, −4.8, −4.9 are below it at t = 2, 3, 4 (κ = 2). Row 1: same ratios, A>0. Row 2: A<0, a padding
+    token (t = 2, log ρ = −20) that neither triggers nor enters the sum; sums −5, −9, ·, −9.5, ... (κ = 3)."""
+    lr = torch.tensor([[-3.0, -3.0, -3.5, -0.1, -0.1, 5.0, -0.1, -0.1],
+                       [-3.0, -3.0, -3.5, -0.1, -0.1, 5.0, -0.1, -0.1],
+                       [-5.0, -4.0, -20.0, -0.5, -0.1, -0.1, -0.1, -0.1]])
+    M = torch.ones(3, 8)
+    M[2, 2] = 0
+    return lr, torch.tensor([-1.0, 1.0, -2.0]), M
+
+
+def test_prefix_trigger_by_hand():
+    lr, A, M = _prefix_fixture()
+    assert not veto_triggers(lr, A, M, 1e-4, "token").any()  # no single token ratio below δ
+    trig = veto_triggers(lr, A, M, 1e-4, "prefix")
+    assert trig[0].nonzero().flatten().tolist() == [2, 3, 4]  # the ratio 148 at t = 5 lifts the product above δ
+    assert not trig[1].any()  # positive advantage
+    assert trig[2].nonzero().flatten().tolist() == [3, 4, 5, 6, 7]  # padding skipped in the sum and as a trigger
+    veto = neg_veto_mask(lr, A, M, 1e-4, "suffix", "prefix")
+    assert veto[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0] and (veto[1] == 1).all()
+    assert veto[2].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert veto_triggers(lr, A, M, 1e-2, "prefix")[0].nonzero().flatten().tolist() == [1, 2, 3, 4, 5, 6, 7]  # log δ ≈ −4.61
+    assert (neg_veto_mask(lr, A, M, 1e-4, "suffix", "token") == 1).all()
+    m = veto_metrics(lr, A, M, veto, 1e-4, "prefix")
+    assert m["mu_grpo/veto_response_rate"] == (2.0, 2.0)
+    num, den = m["mu_grpo/trigger_pos_frac"]
+    assert den == 2.0 and num == pytest.approx(2 / 8 + 2 / 7)  # row 2: κ = 3 is the 3rd masked-in token (index 2)
+    assert veto_metrics(lr, A, M, veto, 1e-4, "token")["mu_grpo/veto_response_rate"] == (0.0, 2.0)
+    with pytest.raises(ValueError, match="veto_trigger"):
+        neg_veto_mask(lr, A, M, 1e-4, "suffix", "cumulative")
+
+
+def test_prefix_trigger_zeroes_suffix_gradient():
+    lr, A, M = _prefix_fixture()
+    logp = lr.clone().requires_grad_(True)  # old = 0: logp − old = lr
+    veto = neg_veto_mask(logp.detach(), A, M, 1e-4, "suffix", "prefix")
+    loss, _ = policy_objective(logp, torch.zeros_like(lr), A, M, RELAXED, None, extra_masks=[veto])
+    (g,) = torch.autograd.grad(loss, logp)
+    n_tokens = float((M * veto).sum())  # 24 − 1 padding − 5 − 4 vetoed = 14
+    assert n_tokens == 14.0
+    assert (g[0, 3:] == 0).all() and (g[2, 4:] == 0).all() and g[2, 2] == 0  # vetoed suffixes, padding
+    # before and at κ: the surrogate's −A·ρ/N (negative advantages are never clipped in the relaxed window)
+    for i, ts in ((0, [0, 1, 2]), (2, [0, 1, 3])):
+        for t in ts:
+            assert g[i, t].item() == pytest.approx(-A[i].item() * math.exp(lr[i, t].item()) / n_tokens, rel=1e-5)
+    assert (g[1, [0, 1, 2, 3, 4, 6, 7]] != 0).all()  # the positive row keeps its tokens (t = 5, ρ > 5, is clipped)
+    assert g[1, 5] == 0

@@ -28,10 +28,12 @@ def make(tmp_path, tiny, task, *overrides):
 
 
 def test_registered_and_validated(tmp_path):
-    cfg = small_config(tmp_path, *STAGED, "mu_grpo.veto_scope=sequence", "mu_grpo.veto_denominator=keep")
+    cfg = small_config(tmp_path, *STAGED, "mu_grpo.veto_scope=sequence", "mu_grpo.veto_denominator=keep",
+                       "mu_grpo.veto_trigger=prefix")
     validate_components(cfg)
     hook = MASKS["veto"](cfg)
-    assert (hook.scope, hook.denominator, hook.threshold) == ("sequence", "keep", 1e-4)
+    assert (hook.scope, hook.denominator, hook.threshold, hook.trigger) == ("sequence", "keep", 1e-4, "prefix")
+    assert MASKS["veto"](small_config(tmp_path, *STAGED)).trigger == "token"  # the default
     sched = SCHEDULES["staged"](cfg)
     assert isinstance(sched, StagedSchedule) and sched.mu == MU
 

@@ -15,6 +15,16 @@ suffix tokens down with full strength. The veto removes them from the loss::
 
 The mask is recomputed from the current forward at every update (ratios move during a stage) and
 carries no gradient. Positive-advantage responses are never vetoed.
+
+``trigger`` (``mu_grpo.veto_trigger``) chooses the ratio the trigger tests: ``token`` (default, the
+rule above) or ``prefix``, the cumulative log-ratio of the masked-in tokens up to and including ``t``::
+
+    log_ρ_prefix[i, t] = Σ_{s ≤ t} M[i, s] · log_ρ[i, s]       # log of the prefix occupancy ratio
+
+interpretation: the veto's rationale (§2.3) is that the current policy no longer reaches the *prefix*
+after κ, whose probability ratio is the product of the per-token ratios; a run of moderately unlikely
+tokens can push that product below δ with no single token below δ, so ``prefix`` tests the product
+itself. The paper states the trigger on the token ratio, hence ``token`` stays the default.
 """
 
 from __future__ import annotations
@@ -23,10 +33,21 @@ import math
 
 import torch
 
-__all__ = ["VETO_SCOPES", "neg_veto_mask", "veto_metrics", "veto_triggers"]
+__all__ = ["VETO_SCOPES", "VETO_TRIGGERS", "neg_veto_mask", "veto_metrics", "veto_triggers"]
 
 VETO_SCOPES: tuple[str, ...] = ("suffix", "nontrigger_suffix", "sequence", "trigger_only", "none")
 """``veto_scope`` values, default first. Source: mu_grpo.md §2.3 (Fig. 3 scopes) and §3."""
+
+VETO_TRIGGERS: tuple[str, ...] = ("token", "prefix")
+"""``veto_trigger`` values, default first: the per-token ratio (mu_grpo.md §2.3) or the cumulative prefix
+ratio (interpretation, see the module docstring)."""
+
+
+def _trigger_log_ratio(lr: torch.Tensor, M: torch.Tensor, trigger: str, fn: str) -> torch.Tensor:
+    """The ``[B, T]`` log-ratio the trigger compares with ``log δ``: per token, or its masked prefix sum."""
+    if trigger not in VETO_TRIGGERS:
+        raise ValueError(f"{fn}: unknown veto_trigger {trigger!r}; expected one of {VETO_TRIGGERS}")
+    return lr if trigger == "token" else torch.where(M, lr, torch.zeros_like(lr)).cumsum(dim=-1)
 
 
 def _check(log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float, fn: str):
@@ -50,9 +71,10 @@ def _check(log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 
 
 def veto_triggers(
-    log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float = 1e-4
+    log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float = 1e-4,
+    trigger: str = "token",
 ) -> torch.Tensor:
-    """Trigger tokens: masked-in, negative advantage, ``ρ < δ``.
+    """Trigger tokens: masked-in, negative advantage, ``ρ < δ`` (``trigger="prefix"``: ``Π_{s≤t} ρ_s < δ``).
 
     Args:
         log_ratio: ``[B, T]`` ``log π_θ − log π_behav`` per token (nats); detached here.
@@ -61,17 +83,20 @@ def veto_triggers(
             token belongs to a negative response exactly where its own advantage is negative).
         mask: ``[B, T]`` completion mask ``M`` (bool or 0/1 float; ``> 0`` is masked in).
         threshold: ``δ`` (``mu_grpo.veto_ratio_threshold``), a ratio (not a log), ``> 0``.
+        trigger: one of :data:`VETO_TRIGGERS`: ``token`` tests ``ρ[i, t]``; ``prefix`` tests the
+            product of the masked-in ratios up to and including ``t`` (padding counts as ``ρ = 1``).
 
     Returns:
         ``[B, T]`` bool.
 
     Raises:
-        ValueError: shapes that do not match, or ``threshold <= 0`` / not finite.
+        ValueError: shapes that do not match, ``threshold <= 0`` / not finite, or an unknown ``trigger``.
 
-    Source: mu_grpo.md §2.3 (trigger definition; project page illustration ``ρ < 1e-4``).
+    Source: mu_grpo.md §2.3 (trigger definition; project page illustration ``ρ < 1e-4``); ``prefix``:
+    interpretation (module docstring).
     """
     lr, A, M = _check(log_ratio, advantages, mask, threshold, "veto_triggers")
-    return M & (A < 0) & (lr < math.log(threshold))
+    return M & (A < 0) & (_trigger_log_ratio(lr, M, trigger, "veto_triggers") < math.log(threshold))
 
 
 def neg_veto_mask(
@@ -80,6 +105,7 @@ def neg_veto_mask(
     mask: torch.Tensor,
     threshold: float = 1e-4,
     scope: str = "suffix",
+    trigger: str = "token",
 ) -> torch.Tensor:
     """The veto mask ``[B, T]``: 0 on vetoed tokens, 1 elsewhere (multiplies the loss weight ``W``).
 
@@ -94,20 +120,22 @@ def neg_veto_mask(
             later triggers included; ``nontrigger_suffix`` that set minus trigger tokens;
             ``sequence`` every masked-in token of a response with any trigger; ``trigger_only`` the
             trigger tokens only; ``none`` nothing.
+        trigger: one of :data:`VETO_TRIGGERS` (see :func:`veto_triggers`); the scope then applies to
+            the triggers it finds.
 
     Returns:
         ``[B, T]`` float (``log_ratio``'s dtype) in ``{0, 1}``. Rows with ``A >= 0`` are all 1; padding
         positions (``M == 0``) are 1 (``W`` already drops them).
 
     Raises:
-        ValueError: unknown ``scope``, mismatched shapes, or an invalid ``threshold``.
+        ValueError: unknown ``scope`` or ``trigger``, mismatched shapes, or an invalid ``threshold``.
 
     Source: mu_grpo.md §2.3 ("Exact rule used by rlvr"), scopes of Fig. 3; applies to ``A < 0`` only
-    [paper].
+    [paper]. ``trigger="prefix"``: interpretation (module docstring).
     """
     if scope not in VETO_SCOPES:
         raise ValueError(f"neg_veto_mask: unknown veto_scope {scope!r}; expected one of {VETO_SCOPES}")
-    trig = veto_triggers(log_ratio, advantages, mask, threshold)  # [B, T] bool
+    trig = veto_triggers(log_ratio, advantages, mask, threshold, trigger)  # [B, T] bool
     _, A, M = _check(log_ratio, advantages, mask, threshold, "neg_veto_mask")
     if scope == "none":
         vetoed = torch.zeros_like(trig)
@@ -133,6 +161,7 @@ def veto_metrics(
     mask: torch.Tensor,
     veto_mask: torch.Tensor,
     threshold: float = 1e-4,
+    trigger: str = "token",
 ) -> dict[str, tuple[float, float]]:
     """The §4 veto metrics of one (micro-)batch as ``name → (numerator, denominator)`` pairs.
 
@@ -142,7 +171,7 @@ def veto_metrics(
     Args:
         log_ratio: ``[B, T]`` log-ratio (nats). advantages: ``[B]`` or ``[B, T]``. mask: ``[B, T]`` ``M``.
         veto_mask: ``[B, T]`` the output of :func:`neg_veto_mask` (0 = vetoed).
-        threshold: ``δ``, used to find triggers.
+        threshold: ``δ``, used to find triggers. trigger: as in :func:`veto_triggers`.
 
     Returns:
         * ``mu_grpo/veto_response_rate``: responses with ``A < 0`` and at least one trigger / responses
@@ -156,14 +185,14 @@ def veto_metrics(
         * ``mu_grpo/ratio_pos_mean``: the same over ``A > 0``.
 
     Raises:
-        ValueError: mismatched shapes or an invalid ``threshold``.
+        ValueError: mismatched shapes, an invalid ``threshold`` or an unknown ``trigger``.
 
     Source: mu_grpo.md §4 (metric definitions).
     """
     lr, A, M = _check(log_ratio, advantages, mask, threshold, "veto_metrics")
     if tuple(veto_mask.shape) != tuple(lr.shape):
         raise ValueError(f"veto_metrics: veto_mask must be {tuple(lr.shape)}, got {tuple(veto_mask.shape)}")
-    trig = M & (A < 0) & (lr < math.log(threshold))
+    trig = veto_triggers(log_ratio, advantages, mask, threshold, trigger)
     neg_tok = M & (A < 0)
     pos_tok = M & (A > 0)
     neg_rows = neg_tok.any(dim=-1)

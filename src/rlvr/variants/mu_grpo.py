@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from rlvr.core.veto import VETO_SCOPES, neg_veto_mask, veto_metrics
+from rlvr.core.veto import VETO_SCOPES, VETO_TRIGGERS, neg_veto_mask, veto_metrics
 from rlvr.config_sections import MuGRPOConfig
 from rlvr.errors import ConfigError
 from rlvr.parts import CONFIG_CHECKS, MASKS
@@ -30,6 +30,7 @@ class VetoMask:
         scope: ``mu_grpo.veto_scope`` (one of :data:`rlvr.core.veto.VETO_SCOPES`).
         denominator: ``mu_grpo.veto_denominator``: ``drop`` (vetoed tokens leave the loss normaliser)
             or ``keep`` (the normaliser counts the masked-in tokens before the veto).
+        trigger: ``mu_grpo.veto_trigger`` (one of :data:`rlvr.core.veto.VETO_TRIGGERS`).
 
     Returns (when called):
         ``(mask [n, T] in {0, 1}, metrics)`` with the ``(numerator, denominator)`` pairs of
@@ -37,15 +38,18 @@ class VetoMask:
         ``trigger_pos_frac``, ``ratio_neg_mean``, ``ratio_pos_mean``).
 
     Raises:
-        ValueError: unknown scope or denominator, ``threshold <= 0``; when called, a micro-batch
+        ValueError: unknown scope, trigger or denominator, ``threshold <= 0``; when called, a micro-batch
             without advantages.
 
     Source: mu_grpo.md §2.3, §3 (switches), §4 (metrics).
     """
 
-    def __init__(self, threshold: float = 1e-4, scope: str = "suffix", denominator: str = "drop") -> None:
+    def __init__(self, threshold: float = 1e-4, scope: str = "suffix", denominator: str = "drop",
+                 trigger: str = "token") -> None:
         if scope not in VETO_SCOPES:
             raise ValueError(f"VetoMask: unknown veto_scope {scope!r}; expected one of {VETO_SCOPES}")
+        if trigger not in VETO_TRIGGERS:
+            raise ValueError(f"VetoMask: unknown veto_trigger {trigger!r}; expected one of {VETO_TRIGGERS}")
         if denominator not in ("drop", "keep"):
             raise ValueError(f"VetoMask: veto_denominator must be 'drop' or 'keep', got {denominator!r}")
         if not threshold > 0:
@@ -53,6 +57,7 @@ class VetoMask:
         self.threshold = float(threshold)
         self.scope = scope
         self.denominator = denominator
+        self.trigger = trigger
 
     def __call__(
         self, micro: RolloutBatch, logp: torch.Tensor, old_logp: torch.Tensor | None
@@ -62,15 +67,16 @@ class VetoMask:
         logp = logp.detach()
         log_ratio = torch.zeros_like(logp) if old_logp is None else logp - old_logp.detach()
         mask = micro.model_mask  # environment tokens are never vetoed nor counted
-        veto = neg_veto_mask(log_ratio, micro.advantages, mask, self.threshold, self.scope)
-        return veto, veto_metrics(log_ratio, micro.advantages, mask, veto, self.threshold)
+        veto = neg_veto_mask(log_ratio, micro.advantages, mask, self.threshold, self.scope, self.trigger)
+        return veto, veto_metrics(log_ratio, micro.advantages, mask, veto, self.threshold, self.trigger)
 
 
 @MASKS.register("veto", config=MuGRPOConfig, section="mu_grpo")
 def make_veto_mask(cfg: Any) -> VetoMask:
-    """``MASKS["veto"]``: :class:`VetoMask` from ``mu_grpo.veto_ratio_threshold``, ``veto_scope``, ``veto_denominator``."""
+    """``MASKS["veto"]``: :class:`VetoMask` from ``mu_grpo.veto_ratio_threshold``, ``veto_scope``,
+    ``veto_denominator``, ``veto_trigger``."""
     m = cfg.mu_grpo
-    return VetoMask(m.veto_ratio_threshold, m.veto_scope, m.veto_denominator)
+    return VetoMask(m.veto_ratio_threshold, m.veto_scope, m.veto_denominator, m.veto_trigger)
 
 
 @CONFIG_CHECKS.register("mu_grpo")
