@@ -44,7 +44,7 @@ def test_main_spec_builds_every_arm_and_keeps_the_design(paper, tmp_path):
         assert cfgs["grpo_spg2"].steps_per_generation == 2 and cfgs["grpo"].steps_per_generation == 1
         assert cfgs["fbos_nopos"].fbos.feedback_level == "none" and cfgs["fbos_noecc"].fbos.ecc_weight == 0
     if paper == "mu_grpo":
-        for name in ("naive_mu32", "relaxed_noveto", "veto_1e-4", "veto_1e-3"):
+        for name in ("naive_mu32", "relaxed_noveto", "veto_1e-4", "veto_1e-3", "veto_prefix_1e-4"):
             c = cfgs[name]
             assert c.steps_per_generation == 32 and c.generation_batch_size == 32 * c.per_device_train_batch_size
             assert spec.budget.amount // c.steps_per_generation == 4, "4 stages"
@@ -52,6 +52,8 @@ def test_main_spec_builds_every_arm_and_keeps_the_design(paper, tmp_path):
         assert cfgs["relaxed_noveto"].epsilon == 1.0 and "veto" not in cfgs["relaxed_noveto"].loss_masks
         assert cfgs["veto_1e-3"].mu_grpo.veto_ratio_threshold == 1e-3 and "veto" in cfgs["veto_1e-3"].loss_masks
         assert cfgs["grpo_mu4"].steps_per_generation == 4 and cfgs["grpo_mu4"].epsilon == 0.2
+        assert cfgs["veto_prefix_1e-4"].mu_grpo.veto_trigger == "prefix" and "veto" in cfgs["veto_prefix_1e-4"].loss_masks
+        assert cfgs["veto_1e-4"].mu_grpo.veto_trigger == "token"
     if paper == "uec_rl":
         assert (cfgs["uec_rl"].num_generations, cfgs["uec_rl"].generation_batch_size) == (5, 40)  # its own G, B
         assert cfgs["uec_rl"].uec.explore_temperature == 1.1 and cfgs["uec_rl_t1"].uec.explore_temperature == 1.0
@@ -95,3 +97,17 @@ def test_preregistered_claims_name_arms_the_specs_run():
         assert c.arm in arms[c.compare] and (c.direction == "band" or c.ref in arms[c.compare]), c.claim
     for f in cf.figures:
         assert set(f["arms"]) <= arms[f["compare"]], f["paper"]
+
+
+def test_compare_pre_run_check_knows_the_testbed_model_in_a_fresh_interpreter():
+    """``rlvr compare``'s arm check ran before anything imported :mod:`rlvr.testbed`, so every testbed spec
+    failed with exit 2 ("testbed:v2l is no existing path, registered model source ()")."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, yaml; from rlvr.cli.compare import _check_arms; from rlvr.compare.spec import CompareSpec; "
+            f"_check_arms(CompareSpec.from_dict(yaml.safe_load(open({str(HERE / 'prereg_fbos_rl.yaml')!r})))); print('ok')")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]

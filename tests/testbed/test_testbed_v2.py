@@ -139,17 +139,45 @@ def test_micro2_pretrains_and_level_table_reports_pass_at_k_and_rescue():
     spec = dataclasses.replace(PRESETS["micro2"], steps=3, batch_size=8)
     model, tok, info = pretrain(spec, progress=False)
     assert info["spec"]["feedback_frac"] == 0.3 and len(tok) == 3 + 17 + len(V2_CHARS)
-    rows = level_table(model, tok, [2, 3], steps=2, prompts=3, samples=4, ks=(1, 4), temperatures=(1.0, 1.2),
+    rows = level_table(model, tok, [2, 3], steps=2, prompts=3, samples=6, ks=(1, 2), temperatures=(1.0, 1.2),
                        fap=True, group=4, rescue_samples=2)
     assert [r["level"] for r in rows] == [2, 3]
     for r in rows:
-        for k in ("pass@1@T1", "pass@4@T1", "pass@1@T1.2", "pass@4@T1.2", "all_fail@4"):
+        for k in ("pass@1@T1", "pass@2@T1", "pass@1@T1.2", "pass@2@T1.2", "all_fail@4"):
             assert 0.0 <= r[k] <= 1.0
-        assert r["pass@1@T1"] <= r["pass@4@T1"]
+        assert r["pass@1@T1"] <= r["pass@2@T1"]
+        assert r["all_fail/prompts"] == round(r["all_fail@4"] * 3) and "all_fail/pass@2@T1.2" in r
         assert r["rescue/prompts"] == round(r["all_fail@4"] * 3)
     assert "| 2 | 3 |" in markdown_table(rows)
     with pytest.raises(ValueError):
         level_table(model, tok, [2], samples=4, ks=(8,))
+    with pytest.raises(ValueError, match="temperatures"):
+        level_table(model, tok, [2], samples=4, ks=(1,), group=2, temperatures=())
+
+
+def test_all_fail_pass_at_k_by_hand_leaves_the_selecting_samples_out():
+    import math
+
+    from rlvr.testbed.levels import all_fail_pass_at_k
+
+    F, T = False, True
+    t1 = [[F, F, T, F], [T, F, F, F], [F, F, F, F]]  # group 2: prompts 0 and 2 are all-fail; later samples [T,F], [F,F]
+    t11 = [[T, T, T, T], [F, F, F, F], [F, F, T, F]]  # later samples [T,T], [T,F]
+    got = all_fail_pass_at_k([t1, t11], (1.0, 1.1), 2, (1, 2, 3))
+    assert got == {"all_fail/prompts": 2.0, "all_fail/pass@1@T1": 0.25, "all_fail/pass@2@T1": 0.5,
+                   "all_fail/pass@1@T1.1": 0.75, "all_fail/pass@2@T1.1": 1.0}  # k = 3 > 4 − 2 samples: left out
+    none = all_fail_pass_at_k([[[T, F, F]]], (1.0,), 1, (1,))
+    assert none["all_fail/prompts"] == 0 and math.isnan(none["all_fail/pass@1@T1"])
+    assert all_fail_pass_at_k([[[F, F]]], (1.0,), 2, (1,)) == {}
+
+
+def test_levels_cli_rejects_bad_temperatures_and_k_before_loading():
+    from rlvr.testbed.levels import main
+
+    for argv in (["--temperatures", "1.0,abc"], ["--temperatures", "0"], ["--k", "65"], ["--k", "1", "--group", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["--model", "/no/such/model", *argv])
+        assert exc.value.code == 2
 
 
 def test_v2_two_half_loss_equals_the_one_pass_token_mean_and_its_gradient():

@@ -68,6 +68,7 @@ def _check_arms(spec) -> None:
     Raises:
         ConfigError: naming the arm, the key and the path, or the budget and its minimum.
     """
+    import rlvr.testbed  # noqa: F401 (registers the testbed's model source, as rlvr train does)
     from rlvr.models import check_model_path
 
     seed = spec.seeds[0]

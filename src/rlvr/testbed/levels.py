@@ -8,7 +8,12 @@ T = 1 all fail (an all-fail GRPO group), one failed attempt and its verifier fee
 the feedback-augmented prompt :data:`rlvr.testbed.mixture.FAP_TEMPLATE` (what FBOS-RL samples from
 with ``fbos.fap_template`` set to it), ``rescue_samples`` completions are drawn at T = 1, and the
 fraction that is correct is the rescue rate (``rescue/any``: fraction of those prompts with ≥ 1
-correct rescue sample).
+correct rescue sample). On those all-fail prompts, ``all_fail/pass@k@T`` is pass@k at each temperature
+from the samples after the first ``group`` (the selecting samples are left out, so the first
+temperature's value is not biased down by the selection; :func:`all_fail_pass_at_k`).
+
+``python -m rlvr.testbed.levels --model testbed:v2l --steps 2 --levels 7 --temperatures 1.0,1.1 --k 1,20
+--samples 28 --no-fap`` is UEC-RL's pre-check (pass@20 at t′ = 1.0 vs 1.1 on all-fail prompts).
 
 ``python -m rlvr.testbed.levels --model testbed:v2 --steps 2 --out docs`` writes
 ``testbed_v2_levels.json`` and ``testbed_v2_levels.png``.
@@ -48,6 +53,8 @@ def level_table(model: Any, tok: Any, levels: Sequence[int], *, steps: int = 1, 
     from rlvr.testbed.task import TestbedTask
     from rlvr.types import GenerationRequest, SamplingParams
 
+    if not temperatures or any(not t > 0 for t in temperatures):
+        raise ValueError(f"level_table: temperatures must be > 0 (at least one), got {list(temperatures)}")
     if any(k > samples for k in ks) or group > samples:
         raise ValueError(f"level_table: every k ({list(ks)}) and group={group} must be ≤ samples={samples}")
     engine = HFEngine(model, tok)
@@ -60,6 +67,7 @@ def level_table(model: Any, tok: Any, levels: Sequence[int], *, steps: int = 1, 
         cap = (lv + 1) * steps + 2
         row: dict[str, float] = {"level": lv, "steps": steps}
         first: list[list[tuple[str, bool, str | None]]] = []
+        correct_at: list[list[list[bool]]] = []  # [temperature][prompt][sample]
         for T in temperatures:
             gens = engine.generate([GenerationRequest(enc(p), n=samples) for p in probs],
                                    SamplingParams(temperature=T, max_new_tokens=cap, seed=seed + lv))
@@ -72,8 +80,10 @@ def level_table(model: Any, tok: Any, levels: Sequence[int], *, steps: int = 1, 
                 row[f"pass@{k}@T{T:g}"] = sum(pass_at_k(samples, sum(c for _, c, _ in v), k) for v in verdicts) / len(probs)
             if T == temperatures[0]:
                 first = verdicts
+            correct_at.append([[c for _, c, _ in v] for v in verdicts])
         all_fail = [i for i, v in enumerate(first) if not any(c for _, c, _ in v[:group])]
         row[f"all_fail@{group}"] = len(all_fail) / len(probs)
+        row.update(all_fail_pass_at_k(correct_at, temperatures, group, ks))
         if fap:
             reqs = []
             for i in all_fail:
@@ -91,6 +101,38 @@ def level_table(model: Any, tok: Any, levels: Sequence[int], *, steps: int = 1, 
                 row["rescue/rate"] = row["rescue/any"] = float("nan")
             row["rescue/prompts"] = len(all_fail)
         out.append(row)
+    return out
+
+
+def all_fail_pass_at_k(correct: Sequence[Sequence[Sequence[bool]]], temperatures: Sequence[float], group: int,
+                       ks: Sequence[int]) -> dict[str, float]:
+    """pass@k at each temperature on the all-fail prompts, from the samples after the first ``group``.
+
+    Args:
+        correct: ``[len(temperatures)][prompts][samples]`` verdicts; a prompt is all-fail when its first
+            ``group`` samples at ``temperatures[0]`` are all wrong.
+        temperatures: the temperatures of ``correct``'s first axis. group: the selecting sample count.
+        ks: the k's; only those ``≤ samples − group`` are reported.
+
+    Returns:
+        ``{"all_fail/pass@k@T<T>": mean unbiased pass@k over the all-fail prompts, from their
+        ``samples − group`` later samples}`` (NaN when no prompt is all-fail), plus
+        ``all_fail/prompts``; ``{}`` when ``samples ≤ group``.
+
+    Source: interpretation of the issue-29 pre-registration (UEC-RL pre-check): the first ``group``
+    samples choose the prompts, so they are left out of the rate they would bias.
+    """
+    from rlvr.core.pass_at_k import pass_at_k
+
+    n = len(correct[0][0]) - group if correct and correct[0] else 0
+    if n <= 0:
+        return {}
+    idx = [i for i, v in enumerate(correct[0]) if not any(v[:group])]
+    out: dict[str, float] = {"all_fail/prompts": float(len(idx))}
+    for T, per_prompt in zip(temperatures, correct):
+        for k in (k for k in ks if k <= n):
+            vals = [pass_at_k(n, sum(per_prompt[i][group:]), k) for i in idx]
+            out[f"all_fail/pass@{k}@T{T:g}"] = sum(vals) / len(vals) if vals else float("nan")
     return out
 
 
@@ -145,10 +187,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--levels", default="2,4,6,7,8,9,10")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--temperatures", default="1.0,1.2", help="comma-separated sampling temperatures (> 0)")
+    ap.add_argument("--k", default="1,8,64", help="comma-separated k's of pass@k (each ≤ --samples)")
+    ap.add_argument("--group", type=int, default=8, help="samples at the first temperature that decide all-fail")
     ap.add_argument("--no-fap", action="store_true")
     ap.add_argument("--out", default="docs")
     ap.add_argument("--name", default="testbed_v2_levels")
     args = ap.parse_args(argv)
+    try:
+        temps = [float(x) for x in args.temperatures.split(",")]
+        ks = [int(x) for x in args.k.split(",")]
+    except ValueError:
+        ap.error(f"--temperatures and --k must be comma-separated numbers, got {args.temperatures!r}, {args.k!r}")
+    if any(not t > 0 for t in temps) or any(k < 1 or k > args.samples for k in ks) or not 1 <= args.group <= args.samples:
+        ap.error(f"need temperatures > 0, 1 ≤ k ≤ --samples={args.samples} and 1 ≤ --group ≤ --samples "
+                 f"(got {temps}, {ks}, {args.group})")
     import torch
 
     import rlvr.testbed  # noqa: F401 (registers the testbed model source)
@@ -160,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = []
     for st in (int(x) for x in args.steps.split(",")):
         rows += level_table(model, tok, [int(x) for x in args.levels.split(",")], steps=st, prompts=args.prompts,
-                            samples=args.samples, fap=not args.no_fap)
+                            samples=args.samples, temperatures=temps, ks=ks, group=args.group, fap=not args.no_fap)
         print(markdown_table(rows), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
