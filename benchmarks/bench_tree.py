@@ -15,6 +15,12 @@ Run the real model under the shared lock (house rule), e.g.::
         --out runs/bench_tree/result.json
 
 ``--model tiny`` runs the same code on the tiny random model (seconds; a smoke test).
+``--model testbed:v2l`` (any ``testbed:<preset>``) measures part 1 on the testbed policy with the recipes
+``ib_tpo`` + ``testbed_v2l`` (the task, lengths and step split of the IB-TPO arms of the issue-29
+pre-registration) and the tree with root branching on and off (``ib_tpo.allow_root_branch``), e.g.::
+
+    flock /tmp/rlvr-heavy.lock python benchmarks/bench_tree.py --model testbed:v2l --prompts 8 --reps 4 \
+        --out docs/results/replication/bench_tree_v2l.json
 Prints a table and writes JSON. Timings are measurements, never test assertions.
 """
 
@@ -52,7 +58,14 @@ def load(model_name: str, cfg):
     return load_policy(cfg.model)
 
 
+def is_testbed(model_name: str) -> bool:
+    """``testbed:<preset>`` models run on the testbed recipe instead of reasoning-gym."""
+    return model_name.startswith("testbed:")
+
+
 def tree_variants(args) -> dict[str, list[str]]:
+    if is_testbed(args.model):  # the recipe's step split (one step per chain step); root branching on / off
+        return {"tree_paragraph": [], "tree_noroot": ["ib_tpo.allow_root_branch=false"]}
     common = [f"ib_tpo.min_remaining_tokens={args.r_min}", f"ib_tpo.step_min_tokens={args.step_min}"]
     return {
         "tree_paragraph": common + ["ib_tpo.step_split=paragraph"],
@@ -64,7 +77,7 @@ def tree_variants(args) -> dict[str, list[str]]:
 
 
 def part1(args, model, tok, base: list[str], out: dict) -> None:
-    cfg = build_config(overrides=base)
+    cfg = build_config(args.configs, base)
     task = build_task(cfg.task)
     problems = task.problems("train")
     engine = HFEngine(model, tok)
@@ -93,7 +106,7 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
         save(args, out)
         print(json.dumps({k: v for k, v in row.items()}), flush=True)
         for name, ov in variants.items():
-            tcfg = build_config(overrides=base + ov)
+            tcfg = build_config(args.configs, base + ov)
             sampler = IBTreeSampler(
                 engine, enc, scorer, tok, pad, tcfg.ib_tpo, tcfg.max_completion_length,
                 token_budget=int(round(flat_tokens / P)), seed=rep,
@@ -102,13 +115,14 @@ def part1(args, model, tok, base: list[str], out: dict) -> None:
             tb = sampler.sample(probs, G, params)
             t_tree = time.perf_counter() - t
             m = tb.metrics
-            steps = [len(ti.parent) - 1 for ti in tb.tree_index]
+            steps = [len(ti["parent"]) - 1 for ti in tb.tree_index]  # plain dicts (TreeIndex fields)
             row.update({
                 f"{name}_traj": len(tb), f"{name}_tokens": int(m["ib/tokens_decode"]), f"{name}_s": t_tree,
                 f"{name}_reward": float(tb.rewards.mean()), f"{name}_rounds": m["ib/rounds_used"],
                 f"{name}_fork_frac": m["ib/branch_depth_frac"], f"{name}_discarded": m["ib/tokens_discarded"],
                 f"{name}_prefill": m["ib/tokens_prefill"], f"{name}_nodes_per_tree": sum(steps) / len(steps),
-                f"{name}_eff_rate_prompt": m["ib/eff_rate_prompt"], f"{name}_ib_score": m["ib/score_mean"],
+                f"{name}_eff_rate_prompt": m.get("ib/eff_rate_prompt", float("nan")),  # set by the advantage step
+                f"{name}_ib_score": m.get("ib/score_mean", float("nan")),
             })
             if rep == 0:
                 row[f"{name}_example_path"] = tb.texts[0][:600]
@@ -276,7 +290,7 @@ def save(args, out: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct) or tiny")
+    ap.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct), tiny or testbed:<preset>")
     ap.add_argument("--task", default="chain_sum")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--G", type=int, default=8)
@@ -311,8 +325,18 @@ def main(argv=None) -> int:
         f"num_generations={args.G}", f"generation_batch_size={args.G * args.prompts}",
         f"max_completion_length={args.max_len}", "max_prompt_length=256", "per_device_train_batch_size=8",
     ]
+    args.configs = []
+    if is_testbed(args.model):  # task, lengths and step split from the recipes; the sizes from the flags
+        import rlvr.testbed  # noqa: F401 (registers the testbed model source and task type)
+
+        if args.train_steps > 0:
+            ap.error("--train-steps is for reasoning-gym models; train testbed arms with rlvr compare")
+        args.configs = ["ib_tpo", "testbed_v2l"]
+        base = [f"model.name_or_path={args.model}", f"num_generations={args.G}",
+                f"generation_batch_size={args.G * args.prompts}", "steps_per_generation=1",
+                f"per_device_train_batch_size={args.G * args.prompts}"]  # no update here: one batch
     out: dict = {"args": vars(args), "torch_threads": torch.get_num_threads()}
-    model, tok = load(args.model, build_config(overrides=base))
+    model, tok = load(args.model, build_config(args.configs, base))
     out["load_s"] = time.perf_counter() - t0
     if args.reps > 0:
         part1(args, model, tok, base, out)
