@@ -52,6 +52,17 @@ def test_an_env_module_that_fails_on_import_exits_2_before_the_model_loads(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("sampler, needle", [("tree", "no tree to fork"), ("feedback", "env.type=feedback")])
+def test_tree_and_feedback_samplers_on_an_env_exit_2_before_the_model_loads(sampler, needle, tmp_path, capsys,
+                                                                             no_model_loads):
+    """Issue 26 item 8: refused through the CLI (exit 2, saying why), nothing loaded or written."""
+    code = cli.main(["train", *TINY, "env.type=feedback", f"sampler={sampler}", f"logging.output_dir={tmp_path / 'out'}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"sampler: {sampler}" in err and needle in err, err
+    assert not (tmp_path / "out").exists()
+
 FAMILY = {
     "grpo": [],
     "dr_grpo": [],
