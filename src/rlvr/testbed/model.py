@@ -67,6 +67,8 @@ class TestbedSpec:
             ``feedback_frac`` of correction sequences (attempts with letter noise ``attempt_noise``,
             corrected answers with ``feedback_noise``). At their defaults the spec is v1: same
             data stream, same tokenizer, same cache key.
+        tool_frac: the tools testbed (issue 26 item 7; :mod:`rlvr.testbed.tools`): the share of
+            hard-level sequences that are whole ``transform`` tool episodes (0 = off).
     """
 
     hidden_size: int = 96
@@ -86,6 +88,7 @@ class TestbedSpec:
     feedback_frac: float = 0.0
     attempt_noise: float = 0.3
     feedback_noise: float = 0.0
+    tool_frac: float = 0.0
 
     __test__ = False
 
@@ -93,6 +96,11 @@ class TestbedSpec:
     def is_v2(self) -> bool:
         """True when any v2 feature is on (v2 data mixture and vocabulary)."""
         return self.chain_steps > 1 or self.hard_max_level > self.max_level or self.feedback_frac > 0
+
+    @property
+    def has_tools(self) -> bool:
+        """True for a tools-testbed spec (tool-episode mixture, tools vocabulary and chat template)."""
+        return self.tool_frac > 0
 
     def key(self) -> str:
         """Short stable hash of every field (the cache folder name depends on it). v2 fields at
@@ -106,7 +114,8 @@ class TestbedSpec:
 
 
 _V2_FIELDS = [f for f in dataclasses.fields(TestbedSpec) if f.name in
-              ("chain_steps", "hard_max_level", "hard_noise", "feedback_frac", "attempt_noise", "feedback_noise")]
+              ("chain_steps", "hard_max_level", "hard_noise", "feedback_frac", "attempt_noise", "feedback_noise",
+               "tool_frac")]
 
 
 PRESETS: dict[str, TestbedSpec] = {
@@ -117,6 +126,9 @@ PRESETS: dict[str, TestbedSpec] = {
                       feedback_noise=0.1),
     "v2l": TestbedSpec(steps=2400, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
                        feedback_noise=0.1),
+    "tools": TestbedSpec(steps=600, max_level=6, hard_max_level=10, hard_noise=0.5, tool_frac=0.25),
+    "microtools": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
+                              max_level=4, hard_max_level=6, hard_noise=0.5, tool_frac=0.25),
     "micro2": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                           max_level=4, hard_max_level=5, hard_noise=0.45, chain_steps=2, feedback_frac=0.3,
                           feedback_noise=0.1),
@@ -125,7 +137,9 @@ PRESETS: dict[str, TestbedSpec] = {
 ``v2`` (testbed v2, issue 17 §2: chains, hard levels 7–8, corrections; ``docs/testbed.md``), ``v2l``
 (the same mixture and architecture pre-trained 2.4× longer, 2400 steps: v2 ended at 0.80 nats/token and
 GRPO barely moved it; ~12 min of pre-training on the shared machine, so build it in chunks with
-``python -m rlvr.testbed.build testbed:v2l --max-seconds 480``) and ``micro2`` (v2 features at test size)."""
+``python -m rlvr.testbed.build testbed:v2l --max-seconds 480``), ``micro2`` (v2 features at test size), ``tools``
+(issue 26 item 7, :mod:`rlvr.testbed.tools`: levels 7–10 answered with the ``transform`` tool on 25 % of
+pre-training sequences, directly with letter noise 0.5 otherwise) and ``microtools`` (the same at test size)."""
 
 
 def parse_spec(name: str) -> tuple[str, TestbedSpec]:
@@ -149,23 +163,32 @@ def parse_spec(name: str) -> tuple[str, TestbedSpec]:
     return preset, spec
 
 
-def build_tokenizer(v2: bool = False) -> Any:
+def build_tokenizer(v2: bool = False, tools: bool = False) -> Any:
     """Character-level ``PreTrainedTokenizerFast``: one token per character of :data:`CHARS` (and,
     with ``v2``, of :data:`rlvr.testbed.mixture.V2_CHARS` after them: digits, ``!``, ``|``), plus
     ``<|endoftext|>`` (0, unk), ``<|im_start|>`` (1, bos), ``<|im_end|>`` (2, eos and pad); decoding
-    joins characters without spaces. Deterministic; no file, no training."""
+    joins characters without spaces. ``tools`` (implies ``v2``): also ``>`` and the two call tokens of
+    :mod:`rlvr.testbed.tools`, with its chat template. Deterministic; no file, no training."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(CHARS) + (list(V2_CHARS) if v2 else []))}
+    from rlvr.testbed import tools as tt
+
+    v2 = v2 or tools
+    extra = (list(V2_CHARS) if v2 else []) + (list(tt.TOOL_CHARS) if tools else [])
+    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(CHARS) + extra)}
     tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
     tk.add_special_tokens(list(SPECIALS))
+    if tools:
+        from tokenizers import AddedToken
+
+        tk.add_tokens([AddedToken(t, normalized=False) for t in (tt.CALL_OPEN, tt.CALL_CLOSE)])
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
         unk_token="<|endoftext|>",
     )
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = tt.CHAT_TEMPLATE if tools else CHAT_TEMPLATE
     tok.padding_side = "left"
     return tok
 
@@ -196,6 +219,8 @@ def build_model(spec: TestbedSpec, tok: Any) -> Any:
 def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids [B, L], labels [B, L])``: labels are -100 except on the answer letters and EOS."""
     rows, labels = [], []
+    if spec.has_tools:
+        return _pad_rows([_tool_row(rng, spec, tok) for _ in range(spec.batch_size)], tok.pad_token_id)
     for _ in range(spec.batch_size):
         if spec.is_v2:
             p, a = v2_example(rng, spec)
@@ -207,8 +232,26 @@ def _batch(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[torch.Tenso
         ans = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         rows.append(prompt + ans)
         labels.append([-100] * len(prompt) + ans)
+    return _pad_rows(list(zip(rows, labels)), tok.pad_token_id)
+
+
+def _tool_row(rng: random.Random, spec: TestbedSpec, tok: Any) -> tuple[list[int], list[int]]:
+    """``(ids, labels)`` of one tools-testbed sequence (:func:`rlvr.testbed.tools.tool_example`)."""
+    from rlvr.testbed.tools import tool_example
+
+    ids, lab = [tok.bos_token_id], [-100]
+    for text, trained in tool_example(rng, spec):
+        part = tok(text, add_special_tokens=False)["input_ids"]
+        ids += part
+        lab += part if trained else [-100] * len(part)
+    return ids, lab
+
+
+def _pad_rows(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad ``(ids, labels)`` rows to ``(input_ids [B, L], labels [B, L])`` (labels padded with -100)."""
+    rows, labels = [r for r, _ in pairs], [l for _, l in pairs]
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     lab = torch.full((len(rows), width), -100, dtype=torch.long)
     for i, (r, l) in enumerate(zip(rows, labels)):
         ids[i, : len(r)] = torch.tensor(r)
@@ -335,7 +378,7 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
     """
     if max_seconds is not None and checkpoint_dir is None:
         raise ValueError("pretrain: max_seconds needs a checkpoint_dir to save the progress in")
-    tok = build_tokenizer(v2=spec.is_v2)
+    tok = build_tokenizer(v2=spec.is_v2, tools=spec.has_tools)
     model = build_model(spec, tok)
     model.train()
     rng = random.Random(spec.seed * 7919 + 17)
