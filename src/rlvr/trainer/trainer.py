@@ -55,6 +55,7 @@ from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
 from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
+from rlvr.trainer.run_state import RunState, run_state_field
 from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
@@ -98,6 +99,18 @@ class Trainer(BatchPreparation, OptimizerSteps):
         run_config: the job's config as the user wrote it (default ``cfg``).
     """
 
+    # views of self.run_state: the loop state a checkpoint saves (trainer/run_state.py)
+    global_step = run_state_field("global_step")
+    generation_round = run_state_field("generation_round")
+    rollout_round = run_state_field("rollout_round")
+    weight_version = run_state_field("weight_version")
+    num_tokens = run_state_field("num_tokens")
+    consecutive_nonfinite = run_state_field("consecutive_nonfinite")
+    pending_round = run_state_field("pending_round")
+    _carry = run_state_field("carry")
+    _resume_round = run_state_field("resume_round")
+    _pipeline = run_state_field("pipeline")
+
     def __init__(
         self,
         cfg: RLConfig,
@@ -116,6 +129,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
     ) -> None:
         check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
+        self.run_state = RunState()
         self.cfg = cfg
         self.run_config = run_config or cfg
         self.dp = dp
@@ -164,7 +178,6 @@ class Trainer(BatchPreparation, OptimizerSteps):
         # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
         # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
         # (`weight_sync` above is LoRA's pull-style callable for its merged copy.)
-        self.weight_version = 0
         self.generation_sync = getattr(engine, "generation_sync", None)
         self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
         if self.generation_sync is None and sharded and not self._gather_for_generation:
@@ -199,19 +212,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
-        self.global_step = 0
-        self.generation_round = 0  # rounds handed to training (what schedules read)
-        self.rollout_round = 0  # rounds generated (seeds, group ids); ahead of generation_round under overlap
-        self.num_tokens = 0
-        self.consecutive_nonfinite = 0
         self.idle = IdleTracker(cfg.max_idle_rounds)
         self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
         self._draw_count = 0
-        self._carry: list[RolloutBatch] = []
-        # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
-        # schedule state and RNG state from just before planning, the step at planning, next index
-        self.pending_round: dict[str, Any] | None = None
-        self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
         self._logger: RunLogger | None = None
         self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
         self.final_dir: Path | None = None  # the exported model folder (final/), once written
