@@ -247,17 +247,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 it on purpose; the summary says ``stopped (<why>)`` and no checkpoint is written.
         """
         cfg = self.cfg
-        if self.rank == 0:  # before this run's first save: a killed save's leftovers (run_dir: why it is safe)
-            clean_stale_temporaries(self.output_dir, log=lambda m: print(m, file=sys.stderr))
-            trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
-                                      cfg.logging, resume=self.global_step > 0)
-            logger = RunLogger(
-                self.output_dir, self.progress_total, start_step=self.global_step,
-                tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
-            )
-        else:  # one writer per job: rank 0 logs the reduced metrics
-            logger = NullLogger()
-        self._logger = logger
+        logger = self._logger = self._open_logger()
         last: dict[str, float] = {}
         t_run = time.perf_counter()
         self.summary = RunSummary()
@@ -271,59 +261,10 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 if req is not None:
                     raise self._interrupted(req)
                 t_step = time.perf_counter()
-                self._round_signal = None
-                if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
-                    batch, opt_batches, start = self._replan_resumed()
-                    gen_metrics, gen_tokens = {}, 0
-                else:
-                    snap = None
-                    if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
-                        r = self._pipeline.next()
-                        self._last_samples = self._sample_rows(r.batch)
-                    else:
-                        snap = round_snapshot(self)
-                        try:
-                            # a signal abandons the round; under torchrun the round finishes (it holds
-                            # collectives) and the ranks stop together at the next step boundary
-                            abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
-                            with abandon, rollout_progress(self):
-                                r = self.prepare_round()
-                        except _Abandon:
-                            restore_round(self, snap)
-                            raise self._interrupted(stop.requested) from None
-                    batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
-                    self._check_reward_failures(r.reward_counts, snap)
-                    gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
-                    self.pending_round = pending_round_state(self, batch)
-                    opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
-                    start = 0
-                opt_batches = self._equalise_updates(opt_batches, batch)
-                self.pending_round["num_opt_batches"] = len(opt_batches)
+                batch, opt_batches, start, gen_metrics, gen_tokens = self._next_round(stop)
                 step_before = self.global_step
-                for i, ob in enumerate(opt_batches):
-                    if i < start:
-                        continue
-                    if self.global_step >= cfg.max_steps:
-                        break
-                    m = self._update(ob)
-                    self.global_step += 1
-                    self.pending_round["next_index"] = i + 1
-                    if i == 0:
-                        m.update(gen_metrics)
-                        m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
-                    m["timing/step_s"] = time.perf_counter() - t_step
-                    m["perf/tokens_per_s"] = self.num_tokens / max(time.perf_counter() - t_run, 1e-9)
-                    m["perf/num_tokens"] = float(self.num_tokens)
-                    m["perf/peak_memory_mb"] = peak_memory_mb()
-                    m["generation/round"] = float(self.generation_round)
-                    t_step = time.perf_counter()
-                    m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
-                    last = m
-                    self._after_step(m)
-                    self.summary.observe(m)
-                    req = self._agreed_stop(stop)
-                    if req is not None:  # the update in progress is finished: stop here
-                        raise self._interrupted(req)
+                m = self._run_updates(batch, opt_batches, start, gen_metrics, gen_tokens, t_step, t_run, stop)
+                last = m if m is not None else last
                 # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
                 # update, e.g. in a schedule's accumulation buffer, are progress)
                 if self.idle.round_done(self.global_step > step_before or self._rows_anywhere(batch), self._round_signal):
@@ -349,27 +290,127 @@ class Trainer(BatchPreparation, OptimizerSteps):
             status = f"stopped ({exc})"
             raise
         finally:
-            if self._pipeline is not None:
-                try:
-                    self._pipeline.drain()  # no generation thread outlives train()
-                except Exception:
-                    pass
-            stop.__exit__()
-            in_flight = sys.exc_info()[1]
-            try:
-                logger.close()
-            except OSError:
-                if in_flight is None:
-                    raise
-                # an error is already on its way out (e.g. the named disk-full error of the log write
-                # that left this unflushed buffer): it is the one to report, and the summary still prints
-            if hasattr(self.scorer, "close"):
-                self.scorer.close()
-            self.summary.update_counts(self)
-            if self.rank == 0:
-                print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
-                      file=sys.stderr, flush=True)
+            self._close_run(logger, stop, status)
         return last
+
+    def _open_logger(self) -> RunLogger | NullLogger:
+        """The run's logger: rank 0 writes (after clearing a killed save's leftovers, before this run's first
+        save; see run_dir for why it is safe), the other ranks of a job log nothing."""
+        cfg = self.cfg
+        if self.rank != 0:  # one writer per job: rank 0 logs the reduced metrics
+            return NullLogger()
+        clean_stale_temporaries(self.output_dir, log=lambda m: print(m, file=sys.stderr))
+        trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
+                                  cfg.logging, resume=self.global_step > 0)
+        return RunLogger(
+            self.output_dir, self.progress_total, start_step=self.global_step,
+            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
+        )
+
+    def _next_round(self, stop: StopControl) -> tuple[RolloutBatch, list[OptimizerStep], int, dict[str, float], int]:
+        """The generation round to train on next and its plan: ``(batch, opt_batches, start, gen_metrics,
+        gen_tokens)``, where updates before ``start`` are already done (a resumed round). Sets
+        ``pending_round`` (what a checkpoint saves) and ``_round_signal``.
+
+        Raises:
+            RunInterrupted: a signal abandoned the round being generated (its state is put back first).
+            RewardFailureError: see :meth:`_check_reward_failures`.
+        """
+        self._round_signal = None
+        if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
+            batch, opt_batches, start = self._replan_resumed()
+            gen_metrics, gen_tokens = {}, 0
+        else:
+            snap = None
+            if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
+                r = self._pipeline.next()
+                self._last_samples = self._sample_rows(r.batch)
+            else:
+                snap = round_snapshot(self)
+                try:
+                    # a signal abandons the round; under torchrun the round finishes (it holds
+                    # collectives) and the ranks stop together at the next step boundary
+                    abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
+                    with abandon, rollout_progress(self):
+                        r = self.prepare_round()
+                except _Abandon:
+                    restore_round(self, snap)
+                    raise self._interrupted(stop.requested) from None
+            batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
+            self._check_reward_failures(r.reward_counts, snap)
+            gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
+            self.pending_round = pending_round_state(self, batch)
+            opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
+            start = 0
+        opt_batches = self._equalise_updates(opt_batches, batch)
+        self.pending_round["num_opt_batches"] = len(opt_batches)
+        return batch, opt_batches, start, gen_metrics, gen_tokens
+
+    def _run_updates(
+        self, batch: RolloutBatch, opt_batches: list[OptimizerStep], start: int, gen_metrics: dict[str, float],
+        gen_tokens: int, t_step: float, t_run: float, stop: StopControl,
+    ) -> dict[str, float] | None:
+        """Run the round's optimizer updates from index ``start`` (up to ``max_steps``), logging each step's
+        metrics row; returns the last row, or None when no update ran. ``t_step``/``t_run``: perf-counter
+        seconds at the round's and the run's start (for the timing and throughput metrics).
+
+        Raises:
+            RunInterrupted: a stop was requested; the update in progress is finished first.
+        """
+        last = None
+        for i, ob in enumerate(opt_batches):
+            if i < start:
+                continue
+            if self.global_step >= self.cfg.max_steps:
+                break
+            m = self._update(ob)
+            self.global_step += 1
+            self.pending_round["next_index"] = i + 1
+            if i == 0:
+                m.update(gen_metrics)
+                m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
+            m["timing/step_s"] = time.perf_counter() - t_step
+            m["perf/tokens_per_s"] = self.num_tokens / max(time.perf_counter() - t_run, 1e-9)
+            m["perf/num_tokens"] = float(self.num_tokens)
+            m["perf/peak_memory_mb"] = peak_memory_mb()
+            m["generation/round"] = float(self.generation_round)
+            t_step = time.perf_counter()
+            m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
+            last = m
+            self._after_step(m)
+            self.summary.observe(m)
+            req = self._agreed_stop(stop)
+            if req is not None:  # the update in progress is finished: stop here
+                raise self._interrupted(req)
+        return last
+
+    def _close_run(self, logger: RunLogger | NullLogger, stop: StopControl, status: str) -> None:
+        """End of :meth:`train` on every path: stop the generation thread, restore the signal handlers, close
+        the logger and the scorer, and print the run summary (rank 0) with ``status``.
+
+        Raises:
+            OSError: closing the logger failed and no other error is on its way out.
+        """
+        if self._pipeline is not None:
+            try:
+                self._pipeline.drain()  # no generation thread outlives train()
+            except Exception:
+                pass
+        stop.__exit__()
+        in_flight = sys.exc_info()[1]
+        try:
+            logger.close()
+        except OSError:
+            if in_flight is None:
+                raise
+            # an error is already on its way out (e.g. the named disk-full error of the log write
+            # that left this unflushed buffer): it is the one to report, and the summary still prints
+        if hasattr(self.scorer, "close"):
+            self.scorer.close()
+        self.summary.update_counts(self)
+        if self.rank == 0:
+            print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
+                  file=sys.stderr, flush=True)
 
     def _check_reward_failures(self, counts: list[int] | None, snap: dict[str, Any] | None = None) -> None:
         """Count one generation round's reward calls, summed over ranks (one all-reduce under torchrun, so
