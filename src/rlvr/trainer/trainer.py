@@ -136,20 +136,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
-        if cfg.model.lora.r > 0 and not is_peft_model(model):
-            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
-            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
-        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
-            disable_dropout(model)
-        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
-        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
-            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
-        gen_model, sharded = model, False
-        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
-            from rlvr.distributed.setup import prepare_models
-
-            prepared = prepare_models(model, ref_model, cfg, dp.env)
-            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
+        model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
         self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
@@ -159,6 +146,49 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.precision = apply_precision(model, cfg.model.dtype)
         validate_components(cfg)  # before a server is started
         check_filter_metric(cfg, task)
+        self._attach_engine(engine, gen_model, lora, sharded)
+        self._build_parts(sampler, schedule, ref_model, extra_mask_fns)
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
+        self._draw_count = 0
+        self._logger: RunLogger | None = None
+        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
+        self.final_dir: Path | None = None  # the exported model folder (final/), once written
+        self.summary = RunSummary()
+        self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+        self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
+        self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
+        self._gen_version = 0  # policy version stamped on the rows being generated
+        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
+        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
+
+    def _prepare_models(
+        self, model: torch.nn.Module, ref_model: torch.nn.Module | None, lora: bool,
+    ) -> tuple[torch.nn.Module, torch.nn.Module | None, torch.nn.Module, bool]:
+        """LoRA adapters, dropout off, the KL reference copy, and (torchrun) device placement and sharding:
+        ``(model, ref_model, gen_model, sharded)``, where ``gen_model`` is what the engine generates with."""
+        cfg = self.cfg
+        if cfg.model.lora.r > 0 and not is_peft_model(model):
+            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
+            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
+            disable_dropout(model)
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
+            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
+        gen_model, sharded = model, False
+        dp = self.dp
+        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
+            from rlvr.distributed.setup import prepare_models
+
+            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
+        return model, ref_model, gen_model, sharded
+
+    def _attach_engine(self, engine: Any, gen_model: torch.nn.Module, lora: bool, sharded: bool) -> None:
+        """The generation engine (``engine``, or one built for the policy: a LoRA merged copy, the configured
+        backend) and its weight push points ``weight_sync`` / ``generation_sync``."""
+        cfg, model, tokenizer = self.cfg, self.model, self.tokenizer
         self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
         self._lora_sharded = lora and sharded  # torchrun + FSDP2: the copy is re-merged through generation_sync
         if engine is None and self._lora_sharded:
@@ -184,6 +214,13 @@ class Trainer(BatchPreparation, OptimizerSteps):
             from rlvr.distributed.weights import ModuleCopySync
 
             self.generation_sync = ModuleCopySync(gen_model)
+
+    def _build_parts(
+        self, sampler: Any, schedule: Any, ref_model: torch.nn.Module | None, extra_mask_fns: Sequence[MaskFn],
+    ) -> None:
+        """The run's parts from the config: prompt encoder, scorer, sampler, schedule, prompt loader, optimizer,
+        loss settings, advantage estimator, masks, batch filters and the frozen reference model."""
+        cfg, task, tokenizer, engine, model = self.cfg, self.task, self.tokenizer, self.engine, self.model
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
         self.scorer = Scorer(
@@ -212,19 +249,6 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
-        self.idle = IdleTracker(cfg.max_idle_rounds)
-        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
-        self._draw_count = 0
-        self._logger: RunLogger | None = None
-        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
-        self.final_dir: Path | None = None  # the exported model folder (final/), once written
-        self.summary = RunSummary()
-        self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
-        self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
-        self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
-        self._gen_version = 0  # policy version stamped on the rows being generated
-        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
-        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
 
     # ----------------------------------------------------------------------------- loop
     def train(self) -> dict[str, float]:
