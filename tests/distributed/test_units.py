@@ -160,14 +160,16 @@ def test_both_checkpoint_writers_store_the_rollout_round():
     from types import SimpleNamespace
 
     from rlvr.trainer.checkpoint_state import restore_counters, trainer_counters
+    from rlvr.trainer.run_state import RunState
 
-    src = SimpleNamespace(global_step=5, generation_round=3, rollout_round=4, weight_version=5, num_tokens=77,
-                          consecutive_nonfinite=1)
-    dst = SimpleNamespace(generation_sync=SimpleNamespace(version=5))
+    src = SimpleNamespace(run_state=RunState(global_step=5, generation_round=3, rollout_round=4, weight_version=5,
+                                             num_tokens=77, consecutive_nonfinite=1))
+    dst = SimpleNamespace(run_state=RunState(), generation_sync=SimpleNamespace(version=5))
     restore_counters(dst, trainer_counters(src))
-    assert (dst.global_step, dst.generation_round, dst.rollout_round, dst.weight_version, dst.num_tokens,
-            dst.consecutive_nonfinite) == (5, 3, 4, 5, 77, 1)
+    d = dst.run_state
+    assert (d.global_step, d.generation_round, d.rollout_round, d.weight_version, d.num_tokens,
+            d.consecutive_nonfinite) == (5, 3, 4, 5, 77, 1)
     assert dst.generation_sync.version == -1  # the engine's weights are stale after a load
     old = {"global_step": 2, "generation_round": 2, "num_tokens": 9}  # a file from before rollout_round
     restore_counters(dst, old)
-    assert dst.rollout_round == 2 and dst.weight_version == 2
+    assert d.rollout_round == 2 and d.weight_version == 2

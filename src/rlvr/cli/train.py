@@ -256,9 +256,9 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
             if main_rank:
                 print(f"rlvr: resumed from {ckpt} at step {trainer.global_step}", file=sys.stderr)
         elif resume and main_rank and (out / "metrics.jsonl").exists():  # starting from scratch: step 1 is logged anew
-            from rlvr.trainer.logger import _drop_rows_after
+            from rlvr.trainer.logger import drop_rows_after
 
-            _drop_rows_after(out / "metrics.jsonl", 0)
+            drop_rows_after(out / "metrics.jsonl", 0)
         if main_rank:  # every start-up check has passed (model, tokenizer, trainer, resume): the run begins
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(_yaml(cfg.model_dump(mode="json")))

@@ -80,7 +80,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     """
     from rlvr.trainer.checkpoint import load_checkpoint
     from rlvr.trainer.lifecycle import RunInterrupted
-    from rlvr.trainer.logger import _drop_rows_after
+    from rlvr.trainer.logger import drop_rows_after
     from rlvr.trainer.trainer import Trainer
 
     run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
@@ -112,7 +112,7 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
     curve_path = run_dir / "curve.jsonl"
     t0 = time.perf_counter() - (piece.wall_s if piece else 0.0)
     if piece is not None:  # rows of a later piece that was killed before its checkpoint are redone
-        _drop_rows_after(curve_path, piece.step)
+        drop_rows_after(curve_path, piece.step)
     curve_f = open(curve_path, "a" if piece else "w")
     paused = [0.0]  # seconds spent in mid-run evaluations (left out of wall_s)
     next_point = [piece.next_point if piece else 1]

@@ -123,7 +123,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
         stage = "tokenizer files"
         trainer.tokenizer.save_pretrained(tmp)
         stage = RECORD_FILE
-        write_precision_record(tmp, getattr(trainer, "precision", None))  # what --resume and rlvr eval follow
+        write_precision_record(tmp, trainer.precision)  # what --resume and rlvr eval follow
         if is_peft_model(trainer.model):
             write_base_model_spec(trainer.model, tmp)
         if not hf_folder:
@@ -137,7 +137,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 **trainer_counters(trainer),
                 "loader": trainer.loader.state_dict(),
                 "rng": capture_rng_state(),
-                "config": getattr(trainer, "run_config", trainer.cfg).model_dump(mode="json"),
+                "config": trainer.run_config.model_dump(mode="json"),
                 "data": data_fingerprint(trainer.cfg.task),
             }
             state.update(save_round_state(trainer, tmp))
@@ -211,7 +211,7 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     state = require_complete(path)
     if is_distributed_checkpoint(path):  # written under torchrun: DCP, loadable onto any world size
         return load_distributed(trainer, path, state)
-    if getattr(trainer, "world_size", 1) > 1:
+    if trainer.world_size > 1:
         raise RuntimeError(
             f"{path} was written by a single-process run; resuming it under torchrun is not supported "
             "(resume it with plain `rlvr train --resume`, or start the job from its model folder)"

@@ -113,30 +113,19 @@ def require_complete(path: Path) -> dict[str, Any]:
 
 
 def trainer_counters(trainer: Any) -> dict[str, int]:
-    """The trainer's progress counters, as both checkpoint writers store them in ``trainer_state.json``:
+    """The progress counters of ``trainer.run_state`` (:meth:`RunState.counters
+    <rlvr.trainer.run_state.RunState.counters>`), as both checkpoint writers store them in ``trainer_state.json``:
     ``global_step``, ``generation_round``, ``rollout_round`` (seeds the next round's sampling: a resume
     that lost it would draw other rollouts), ``weight_version``, ``num_tokens``, ``consecutive_nonfinite``."""
-    return {
-        "global_step": int(trainer.global_step),
-        "generation_round": int(trainer.generation_round),
-        "rollout_round": int(getattr(trainer, "rollout_round", trainer.generation_round)),
-        "weight_version": int(getattr(trainer, "weight_version", trainer.global_step)),
-        "num_tokens": int(trainer.num_tokens),
-        "consecutive_nonfinite": int(getattr(trainer, "consecutive_nonfinite", 0)),
-    }
+    return trainer.run_state.counters()
 
 
 def restore_counters(trainer: Any, state: dict[str, Any]) -> None:
-    """Set :func:`trainer_counters` from a saved state (older files: ``rollout_round`` defaults to
+    """Set ``trainer.run_state``'s counters from a saved state (older files: ``rollout_round`` defaults to
     ``generation_round``, ``weight_version`` to ``global_step``); the engine's weights then count as
     stale (``generation_sync.version = -1``: pushed before the next round)."""
-    trainer.global_step = int(state["global_step"])
-    trainer.generation_round = int(state["generation_round"])
-    trainer.rollout_round = int(state.get("rollout_round", state["generation_round"]))
-    trainer.weight_version = int(state.get("weight_version", trainer.global_step))
-    trainer.num_tokens = int(state["num_tokens"])
-    trainer.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
-    if getattr(trainer, "generation_sync", None) is not None:
+    trainer.run_state.load_counters(state)
+    if trainer.generation_sync is not None:
         trainer.generation_sync.version = -1
 
 
@@ -217,7 +206,8 @@ def save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
     from rlvr.rollout_io import save_rollouts
 
     out: dict[str, Any] = {}
-    pending = getattr(trainer, "pending_round", None)
+    rs = trainer.run_state
+    pending = rs.pending_round
     n = pending.get("num_opt_batches") if pending else None
     if pending is not None and n is not None and pending["next_index"] < n:
         save_rollouts(pending["batch"], folder, "pending")
@@ -231,11 +221,11 @@ def save_round_state(trainer: Any, folder: Path) -> dict[str, Any]:
     if tensors:
         save_file(tensors, str(folder / "schedule.safetensors"))
         out["schedule_tensors"] = sorted(tensors)
-    carry = getattr(trainer, "_carry", None) or []
+    carry = rs.carry
     for k, b in enumerate(carry):
         save_rollouts(b, folder, f"carry-{k}")
     out["num_carry"] = len(carry)
-    pipe = getattr(trainer, "_pipeline", None)  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
+    pipe = rs.pipeline  # max_async_level > 0: rounds generated ahead (trainer/overlap.py)
     if pipe is not None:
         st = pipe.state()
         for k, (r, _) in enumerate(st["ready"]):
@@ -256,8 +246,9 @@ def load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
         sched["tensors"] = load_file(str(path / "schedule.safetensors"))
     problems = getattr(getattr(trainer, "loader", None), "problems", None) or []
     by_uid = {getattr(p, "uid", None): p for p in problems}
-    trainer._carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
-    pipe, a = getattr(trainer, "_pipeline", None), state.get("async")
+    rs = trainer.run_state
+    rs.carry = [load_rollouts(path, f"carry-{k}", problems_by_uid=by_uid) for k in range(int(state.get("num_carry", 0)))]
+    pipe, a = rs.pipeline, state.get("async")
     if pipe is not None and a is not None:
         from rlvr.trainer.idle import RoundSignal
         from rlvr.trainer.prepare import RoundResult
@@ -269,12 +260,12 @@ def load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
         pipe.load_state({"ready": ready, "round_index": a["round_index"], "started": a["started"]})
     p = state.get("pending")
     if p:
-        trainer._resume_round = {
+        rs.resume_round = {
             "batch": load_rollouts(path, "pending", problems_by_uid=by_uid), "schedule_state": sched,
             "rng": p["rng"], "plan_step": int(p["plan_step"]), "next_index": int(p["next_index"]),
             "num_opt_batches": int(p["num_opt_batches"]),
         }
     else:
-        trainer._resume_round = None
+        rs.resume_round = None
         if hasattr(trainer.schedule, "load_state_dict"):
             trainer.schedule.load_state_dict(sched)

@@ -112,7 +112,7 @@ def _write_hf_folder(trainer: Any, folder: Path) -> None:
     if trainer.rank == 0:
         trainer.model.save_pretrained(folder, state_dict=full, safe_serialization=True)
         trainer.tokenizer.save_pretrained(folder)
-        write_precision_record(folder, getattr(trainer, "precision", None))  # what --resume and rlvr eval follow
+        write_precision_record(folder, trainer.precision)  # what --resume and rlvr eval follow
         if lora:
             write_base_model_spec(trainer.model, folder)
 

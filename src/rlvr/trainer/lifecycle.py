@@ -99,20 +99,22 @@ class StopControl:
 def round_snapshot(trainer: Any) -> dict[str, Any]:
     """What a generation round changes before its first update: loader position, round counter,
     dynamic-sampling carry, global RNG state (restored by :func:`restore_round`)."""
+    rs = trainer.run_state
     return {
-        "loader": trainer.loader.state_dict(), "generation_round": trainer.generation_round,
-        "rollout_round": getattr(trainer, "rollout_round", trainer.generation_round),
-        "carry": list(trainer._carry), "rng": capture_rng_state(), "pending_round": trainer.pending_round,
+        "loader": trainer.loader.state_dict(), "generation_round": rs.generation_round,
+        "rollout_round": rs.rollout_round, "carry": list(rs.carry), "rng": capture_rng_state(),
+        "pending_round": rs.pending_round,
     }
 
 
 def restore_round(trainer: Any, snap: dict[str, Any]) -> None:
     """Put ``trainer`` back to a :func:`round_snapshot` (an abandoned generation round)."""
     trainer.loader.load_state_dict(snap["loader"])
-    trainer.generation_round = snap["generation_round"]
-    trainer.rollout_round = snap.get("rollout_round", snap["generation_round"])
-    trainer._carry = snap["carry"]
-    trainer.pending_round = snap["pending_round"]
+    rs = trainer.run_state
+    rs.generation_round = snap["generation_round"]
+    rs.rollout_round = snap.get("rollout_round", snap["generation_round"])
+    rs.carry = snap["carry"]
+    rs.pending_round = snap["pending_round"]
     restore_rng_state(snap["rng"])
 
 

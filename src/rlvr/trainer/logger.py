@@ -17,9 +17,24 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def _drop_rows_after(path: Path, step: int) -> None:
-    """Rewrite ``path`` (atomically) without JSON rows whose ``step`` exceeds ``step``; a torn last line
-    is dropped too. Nothing happens when there is nothing to drop."""
+def drop_rows_after(path: Path, step: int) -> None:
+    """Rewrite a JSONL log without the rows of steps after ``step``.
+
+    Used when a run resumes from a checkpoint (or a comparison piece continues) so that steps redone after
+    the checkpoint appear once: rows whose ``"step"`` exceeds ``step`` go, and so does any line that does not
+    parse (a torn last line of a killed run). The file is replaced atomically (temporary file, then
+    ``os.replace``); nothing happens when the file is missing or nothing would be dropped.
+
+    Args:
+        path: a JSONL file of objects with an integer ``"step"`` (rows without one count as step 0).
+        step: the last step to keep.
+
+    Raises:
+        OSError: the file cannot be read or replaced.
+
+    Source: interpretation: the resume semantics of ``rlvr train --resume`` (README "Development",
+    "Checkpoints and resume"); not from a paper.
+    """
     if not path.exists():
         return
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -65,8 +80,8 @@ class RunLogger:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         if start_step > 0:  # a resumed run redoes the steps after its checkpoint: their rows are written anew
-            _drop_rows_after(self.dir / "metrics.jsonl", start_step)
-            _drop_rows_after(self.dir / "completions.jsonl", start_step)
+            drop_rows_after(self.dir / "metrics.jsonl", start_step)
+            drop_rows_after(self.dir / "completions.jsonl", start_step)
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
         self._completions = open(self.dir / "completions.jsonl", "a", encoding="utf-8")
         self._tb = None

@@ -55,6 +55,7 @@ from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
 from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
+from rlvr.trainer.run_state import RunState, run_state_field
 from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
@@ -98,6 +99,18 @@ class Trainer(BatchPreparation, OptimizerSteps):
         run_config: the job's config as the user wrote it (default ``cfg``).
     """
 
+    # views of self.run_state: the loop state a checkpoint saves (trainer/run_state.py)
+    global_step = run_state_field("global_step")
+    generation_round = run_state_field("generation_round")
+    rollout_round = run_state_field("rollout_round")
+    weight_version = run_state_field("weight_version")
+    num_tokens = run_state_field("num_tokens")
+    consecutive_nonfinite = run_state_field("consecutive_nonfinite")
+    pending_round = run_state_field("pending_round")
+    _carry = run_state_field("carry")
+    _resume_round = run_state_field("resume_round")
+    _pipeline = run_state_field("pipeline")
+
     def __init__(
         self,
         cfg: RLConfig,
@@ -116,26 +129,14 @@ class Trainer(BatchPreparation, OptimizerSteps):
     ) -> None:
         check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
         seed_everything(cfg.seed)
+        self.run_state = RunState()
         self.cfg = cfg
         self.run_config = run_config or cfg
         self.dp = dp
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
-        if cfg.model.lora.r > 0 and not is_peft_model(model):
-            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
-            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
-        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
-            disable_dropout(model)
-        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
-        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
-            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
-        gen_model, sharded = model, False
-        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
-            from rlvr.distributed.setup import prepare_models
-
-            prepared = prepare_models(model, ref_model, cfg, dp.env)
-            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
+        model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
         self.weight_sync: Callable[[int], Any] | None = None  # called with global_step before each round
         self.tokenizer = tokenizer
@@ -145,6 +146,49 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.precision = apply_precision(model, cfg.model.dtype)
         validate_components(cfg)  # before a server is started
         check_filter_metric(cfg, task)
+        self._attach_engine(engine, gen_model, lora, sharded)
+        self._build_parts(sampler, schedule, ref_model, extra_mask_fns)
+        self.idle = IdleTracker(cfg.max_idle_rounds)
+        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
+        self._draw_count = 0
+        self._logger: RunLogger | None = None
+        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
+        self.final_dir: Path | None = None  # the exported model folder (final/), once written
+        self.summary = RunSummary()
+        self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
+        self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
+        self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
+        self._gen_version = 0  # policy version stamped on the rows being generated
+        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
+        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
+
+    def _prepare_models(
+        self, model: torch.nn.Module, ref_model: torch.nn.Module | None, lora: bool,
+    ) -> tuple[torch.nn.Module, torch.nn.Module | None, torch.nn.Module, bool]:
+        """LoRA adapters, dropout off, the KL reference copy, and (torchrun) device placement and sharding:
+        ``(model, ref_model, gen_model, sharded)``, where ``gen_model`` is what the engine generates with."""
+        cfg = self.cfg
+        if cfg.model.lora.r > 0 and not is_peft_model(model):
+            spec = cfg.model.model_dump(mode="json", exclude={"lora", "gradient_checkpointing"})
+            model = apply_lora(model, cfg.model.lora, base_model_spec=spec)
+        if cfg.disable_dropout:  # the loss forward sees the network old_logp, ref_logp and sampling see
+            disable_dropout(model)
+        self._ref_is_base = cfg.beta > 0 and ref_model is None and lora  # adapters disabled = reference
+        if cfg.beta > 0 and ref_model is None and not self._ref_is_base:
+            ref_model = copy.deepcopy(model)  # before any sharding: a full copy, sharded below like the policy
+        gen_model, sharded = model, False
+        dp = self.dp
+        if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
+            from rlvr.distributed.setup import prepare_models
+
+            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
+        return model, ref_model, gen_model, sharded
+
+    def _attach_engine(self, engine: Any, gen_model: torch.nn.Module, lora: bool, sharded: bool) -> None:
+        """The generation engine (``engine``, or one built for the policy: a LoRA merged copy, the configured
+        backend) and its weight push points ``weight_sync`` / ``generation_sync``."""
+        cfg, model, tokenizer = self.cfg, self.model, self.tokenizer
         self._owns_engine = engine is None  # the trainer stops what it started (a vLLM server) in close()
         self._lora_sharded = lora and sharded  # torchrun + FSDP2: the copy is re-merged through generation_sync
         if engine is None and self._lora_sharded:
@@ -164,13 +208,19 @@ class Trainer(BatchPreparation, OptimizerSteps):
         # generation weights: a version counter and one push point (rlvr.distributed.weights.WeightSync);
         # an engine exposing `generation_sync` (e.g. vLLM) plugs in here; an unsharded policy needs none.
         # (`weight_sync` above is LoRA's pull-style callable for its merged copy.)
-        self.weight_version = 0
         self.generation_sync = getattr(engine, "generation_sync", None)
         self._gather_for_generation = sharded and gen_model is model  # distributed.generation_weights=gathered
         if self.generation_sync is None and sharded and not self._gather_for_generation:
             from rlvr.distributed.weights import ModuleCopySync
 
             self.generation_sync = ModuleCopySync(gen_model)
+
+    def _build_parts(
+        self, sampler: Any, schedule: Any, ref_model: torch.nn.Module | None, extra_mask_fns: Sequence[MaskFn],
+    ) -> None:
+        """The run's parts from the config: prompt encoder, scorer, sampler, schedule, prompt loader, optimizer,
+        loss settings, advantage estimator, masks, batch filters and the frozen reference model."""
+        cfg, task, tokenizer, engine, model = self.cfg, self.task, self.tokenizer, self.engine, self.model
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
         self.scorer = Scorer(
@@ -199,29 +249,6 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if cfg.beta > 0 and not self._ref_is_base:
             self.ref_model = ref_model
             self.ref_model.eval().requires_grad_(False)
-        self.global_step = 0
-        self.generation_round = 0  # rounds handed to training (what schedules read)
-        self.rollout_round = 0  # rounds generated (seeds, group ids); ahead of generation_round under overlap
-        self.num_tokens = 0
-        self.consecutive_nonfinite = 0
-        self.idle = IdleTracker(cfg.max_idle_rounds)
-        self._round_signal: RoundSignal | None = None  # counts of the last generation round (for idle stops)
-        self._draw_count = 0
-        self._carry: list[RolloutBatch] = []
-        # the generation batch being trained on, for checkpoints (see checkpoint.py): batch, the
-        # schedule state and RNG state from just before planning, the step at planning, next index
-        self.pending_round: dict[str, Any] | None = None
-        self._resume_round: dict[str, Any] | None = None  # set by load_checkpoint: re-plan, skip done updates
-        self._logger: RunLogger | None = None
-        self.last_checkpoint: Path | None = None  # the newest resumable checkpoint this trainer wrote
-        self.final_dir: Path | None = None  # the exported model folder (final/), once written
-        self.summary = RunSummary()
-        self.callbacks: list[Callable[["Trainer", dict[str, float]], None]] = []
-        self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
-        self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
-        self._gen_version = 0  # policy version stamped on the rows being generated
-        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
-        self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
 
     # ----------------------------------------------------------------------------- loop
     def train(self) -> dict[str, float]:
@@ -244,17 +271,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 it on purpose; the summary says ``stopped (<why>)`` and no checkpoint is written.
         """
         cfg = self.cfg
-        if self.rank == 0:  # before this run's first save: a killed save's leftovers (run_dir: why it is safe)
-            clean_stale_temporaries(self.output_dir, log=lambda m: print(m, file=sys.stderr))
-            trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
-                                      cfg.logging, resume=self.global_step > 0)
-            logger = RunLogger(
-                self.output_dir, self.progress_total, start_step=self.global_step,
-                tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
-            )
-        else:  # one writer per job: rank 0 logs the reduced metrics
-            logger = NullLogger()
-        self._logger = logger
+        logger = self._logger = self._open_logger()
         last: dict[str, float] = {}
         t_run = time.perf_counter()
         self.summary = RunSummary()
@@ -268,59 +285,10 @@ class Trainer(BatchPreparation, OptimizerSteps):
                 if req is not None:
                     raise self._interrupted(req)
                 t_step = time.perf_counter()
-                self._round_signal = None
-                if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
-                    batch, opt_batches, start = self._replan_resumed()
-                    gen_metrics, gen_tokens = {}, 0
-                else:
-                    snap = None
-                    if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
-                        r = self._pipeline.next()
-                        self._last_samples = self._sample_rows(r.batch)
-                    else:
-                        snap = round_snapshot(self)
-                        try:
-                            # a signal abandons the round; under torchrun the round finishes (it holds
-                            # collectives) and the ranks stop together at the next step boundary
-                            abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
-                            with abandon, rollout_progress(self):
-                                r = self.prepare_round()
-                        except _Abandon:
-                            restore_round(self, snap)
-                            raise self._interrupted(stop.requested) from None
-                    batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
-                    self._check_reward_failures(r.reward_counts, snap)
-                    gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
-                    self.pending_round = pending_round_state(self, batch)
-                    opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
-                    start = 0
-                opt_batches = self._equalise_updates(opt_batches, batch)
-                self.pending_round["num_opt_batches"] = len(opt_batches)
+                batch, opt_batches, start, gen_metrics, gen_tokens = self._next_round(stop)
                 step_before = self.global_step
-                for i, ob in enumerate(opt_batches):
-                    if i < start:
-                        continue
-                    if self.global_step >= cfg.max_steps:
-                        break
-                    m = self._update(ob)
-                    self.global_step += 1
-                    self.pending_round["next_index"] = i + 1
-                    if i == 0:
-                        m.update(gen_metrics)
-                        m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
-                    m["timing/step_s"] = time.perf_counter() - t_step
-                    m["perf/tokens_per_s"] = self.num_tokens / max(time.perf_counter() - t_run, 1e-9)
-                    m["perf/num_tokens"] = float(self.num_tokens)
-                    m["perf/peak_memory_mb"] = peak_memory_mb()
-                    m["generation/round"] = float(self.generation_round)
-                    t_step = time.perf_counter()
-                    m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
-                    last = m
-                    self._after_step(m)
-                    self.summary.observe(m)
-                    req = self._agreed_stop(stop)
-                    if req is not None:  # the update in progress is finished: stop here
-                        raise self._interrupted(req)
+                m = self._run_updates(batch, opt_batches, start, gen_metrics, gen_tokens, t_step, t_run, stop)
+                last = m if m is not None else last
                 # idle: nothing trainable came out of this round and nothing was trained (rows kept for a later
                 # update, e.g. in a schedule's accumulation buffer, are progress)
                 if self.idle.round_done(self.global_step > step_before or self._rows_anywhere(batch), self._round_signal):
@@ -346,27 +314,127 @@ class Trainer(BatchPreparation, OptimizerSteps):
             status = f"stopped ({exc})"
             raise
         finally:
-            if self._pipeline is not None:
-                try:
-                    self._pipeline.drain()  # no generation thread outlives train()
-                except Exception:
-                    pass
-            stop.__exit__()
-            in_flight = sys.exc_info()[1]
-            try:
-                logger.close()
-            except OSError:
-                if in_flight is None:
-                    raise
-                # an error is already on its way out (e.g. the named disk-full error of the log write
-                # that left this unflushed buffer): it is the one to report, and the summary still prints
-            if hasattr(self.scorer, "close"):
-                self.scorer.close()
-            self.summary.update_counts(self)
-            if self.rank == 0:
-                print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
-                      file=sys.stderr, flush=True)
+            self._close_run(logger, stop, status)
         return last
+
+    def _open_logger(self) -> RunLogger | NullLogger:
+        """The run's logger: rank 0 writes (after clearing a killed save's leftovers, before this run's first
+        save; see run_dir for why it is safe), the other ranks of a job log nothing."""
+        cfg = self.cfg
+        if self.rank != 0:  # one writer per job: rank 0 logs the reduced metrics
+            return NullLogger()
+        clean_stale_temporaries(self.output_dir, log=lambda m: print(m, file=sys.stderr))
+        trackers = build_trackers(cfg.logging.sinks, self.output_dir, self.run_config.model_dump(mode="json"),
+                                  cfg.logging, resume=self.global_step > 0)
+        return RunLogger(
+            self.output_dir, self.progress_total, start_step=self.global_step,
+            tensorboard="tensorboard" in cfg.logging.sinks, progress=cfg.logging.progress, trackers=trackers,
+        )
+
+    def _next_round(self, stop: StopControl) -> tuple[RolloutBatch, list[OptimizerStep], int, dict[str, float], int]:
+        """The generation round to train on next and its plan: ``(batch, opt_batches, start, gen_metrics,
+        gen_tokens)``, where updates before ``start`` are already done (a resumed round). Sets
+        ``pending_round`` (what a checkpoint saves) and ``_round_signal``.
+
+        Raises:
+            RunInterrupted: a signal abandoned the round being generated (its state is put back first).
+            RewardFailureError: see :meth:`_check_reward_failures`.
+        """
+        self._round_signal = None
+        if self._resume_round is not None:  # resumed mid generation batch: same plan, skip done updates
+            batch, opt_batches, start = self._replan_resumed()
+            gen_metrics, gen_tokens = {}, 0
+        else:
+            snap = None
+            if self._pipeline is not None:  # overlap: a signal stops at the next update boundary
+                r = self._pipeline.next()
+                self._last_samples = self._sample_rows(r.batch)
+            else:
+                snap = round_snapshot(self)
+                try:
+                    # a signal abandons the round; under torchrun the round finishes (it holds
+                    # collectives) and the ranks stop together at the next step boundary
+                    abandon = stop.abandonable() if self.world_size == 1 else contextlib.nullcontext()
+                    with abandon, rollout_progress(self):
+                        r = self.prepare_round()
+                except _Abandon:
+                    restore_round(self, snap)
+                    raise self._interrupted(stop.requested) from None
+            batch, gen_metrics, self._round_signal = r.batch, r.metrics, r.signal
+            self._check_reward_failures(r.reward_counts, snap)
+            gen_tokens = int(batch.model_mask.sum()) if len(batch) else 0
+            self.pending_round = pending_round_state(self, batch)
+            opt_batches = self.schedule.plan(batch, self.plan_ctx) if len(batch) else []
+            start = 0
+        opt_batches = self._equalise_updates(opt_batches, batch)
+        self.pending_round["num_opt_batches"] = len(opt_batches)
+        return batch, opt_batches, start, gen_metrics, gen_tokens
+
+    def _run_updates(
+        self, batch: RolloutBatch, opt_batches: list[OptimizerStep], start: int, gen_metrics: dict[str, float],
+        gen_tokens: int, t_step: float, t_run: float, stop: StopControl,
+    ) -> dict[str, float] | None:
+        """Run the round's optimizer updates from index ``start`` (up to ``max_steps``), logging each step's
+        metrics row; returns the last row, or None when no update ran. ``t_step``/``t_run``: perf-counter
+        seconds at the round's and the run's start (for the timing and throughput metrics).
+
+        Raises:
+            RunInterrupted: a stop was requested; the update in progress is finished first.
+        """
+        last = None
+        for i, ob in enumerate(opt_batches):
+            if i < start:
+                continue
+            if self.global_step >= self.cfg.max_steps:
+                break
+            m = self._update(ob)
+            self.global_step += 1
+            self.pending_round["next_index"] = i + 1
+            if i == 0:
+                m.update(gen_metrics)
+                m["perf/generated_tokens_per_s"] = gen_tokens / max(gen_metrics.get("timing/generate_s", 0), 1e-9)
+            m["timing/step_s"] = time.perf_counter() - t_step
+            m["perf/tokens_per_s"] = self.num_tokens / max(time.perf_counter() - t_run, 1e-9)
+            m["perf/num_tokens"] = float(self.num_tokens)
+            m["perf/peak_memory_mb"] = peak_memory_mb()
+            m["generation/round"] = float(self.generation_round)
+            t_step = time.perf_counter()
+            m = self._reduce_step_metrics(m)  # torchrun: the job's row, the same on every rank
+            last = m
+            self._after_step(m)
+            self.summary.observe(m)
+            req = self._agreed_stop(stop)
+            if req is not None:  # the update in progress is finished: stop here
+                raise self._interrupted(req)
+        return last
+
+    def _close_run(self, logger: RunLogger | NullLogger, stop: StopControl, status: str) -> None:
+        """End of :meth:`train` on every path: stop the generation thread, restore the signal handlers, close
+        the logger and the scorer, and print the run summary (rank 0) with ``status``.
+
+        Raises:
+            OSError: closing the logger failed and no other error is on its way out.
+        """
+        if self._pipeline is not None:
+            try:
+                self._pipeline.drain()  # no generation thread outlives train()
+            except Exception:
+                pass
+        stop.__exit__()
+        in_flight = sys.exc_info()[1]
+        try:
+            logger.close()
+        except OSError:
+            if in_flight is None:
+                raise
+            # an error is already on its way out (e.g. the named disk-full error of the log write
+            # that left this unflushed buffer): it is the one to report, and the summary still prints
+        if hasattr(self.scorer, "close"):
+            self.scorer.close()
+        self.summary.update_counts(self)
+        if self.rank == 0:
+            print(self.summary.text(self.global_step, self.last_checkpoint, status, final=self.final_dir),
+                  file=sys.stderr, flush=True)
 
     def _check_reward_failures(self, counts: list[int] | None, snap: dict[str, Any] | None = None) -> None:
         """Count one generation round's reward calls, summed over ranks (one all-reduce under torchrun, so

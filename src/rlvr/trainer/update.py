@@ -151,23 +151,57 @@ def policy_update(
     if batch.advantages is None:
         raise ValueError("policy_update: batch.advantages is not set")
     W_full = loss_weights(batch, mask_truncated=mask_truncated)
-    denominators = None
-    if loss_norm_scope == "global":
-        denominators = compute_denominators(
-            W_full, settings.loss_agg_mode, seq_denominator=settings.seq_denominator,
-            loss_scale_factor=settings.loss_scale_factor,
-        )
-        if dp is not None:  # exact global normalisers: Σ over ranks of Σ W and of B_eff
-            tw, ns = dp.sum([denominators.token_weight, denominators.num_seqs])
-            denominators = AggDenominators(token_weight=tw, num_seqs=ns, scale=denominators.scale,
-                                           mode=denominators.mode)
-    scale = dp.loss_scale(loss_norm_scope) if dp is not None else 1.0
+    denominators = _global_denominators(W_full, settings, loss_norm_scope, dp)
     groups = micro_batches(batch, rows_per_micro, keep_groups=share_prompt)
-    acc = LossMetricAccumulator()
     optimizer.zero_grad(set_to_none=True)
+    finite, acc, den_parts, mask_sums = _accumulate_gradients(
+        model, batch, groups, W_full, settings, denominators, pad_token_id=pad_token_id, chunk_size=chunk_size,
+        extra_mask_fns=extra_mask_fns, loss_inputs=loss_inputs, share_prompt=share_prompt,
+        scale=dp.loss_scale(loss_norm_scope) if dp is not None else 1.0, dp=dp,
+    )
+    finite, factor, params = _rescale_for_masks(model, settings, denominators, den_parts, finite, dp)
+    finite, grad_norm = _clip_and_step(optimizer, params, finite, max_grad_norm, step_optimizer, dp)
+    out = acc.result()
+    if factor != 1.0:
+        out.update({k: v * factor for k, v in out.items() if k.startswith("loss/")})
+    for k, (num, den) in mask_sums.items():
+        if den > 0:
+            out[k] = num / den
+    out["actor/grad_norm"] = grad_norm
+    out["actor/num_micro_batches"] = float(len(groups))
+    return UpdateResult(metrics=out, skipped=not finite, tokens=int(batch.completion_mask.sum()))
+
+def _global_denominators(
+    W_full: torch.Tensor, settings: LossSettings, loss_norm_scope: str, dp: Any,
+) -> AggDenominators | None:
+    """The optimizer batch's loss normalisers from the weights ``W_full`` ``[B, T]`` (``loss_norm_scope=global``;
+    summed over ranks under ``dp``), or None for per-micro-batch normalisers."""
+    if loss_norm_scope != "global":
+        return None
+    denominators = compute_denominators(
+        W_full, settings.loss_agg_mode, seq_denominator=settings.seq_denominator,
+        loss_scale_factor=settings.loss_scale_factor,
+    )
+    if dp is not None:  # exact global normalisers: Σ over ranks of Σ W and of B_eff
+        tw, ns = dp.sum([denominators.token_weight, denominators.num_seqs])
+        denominators = AggDenominators(token_weight=tw, num_seqs=ns, scale=denominators.scale,
+                                       mode=denominators.mode)
+    return denominators
+
+
+def _accumulate_gradients(
+    model: torch.nn.Module, batch: RolloutBatch, groups: list[Any], W_full: torch.Tensor, settings: LossSettings,
+    denominators: AggDenominators | None, *, pad_token_id: int, chunk_size: int, extra_mask_fns: Sequence[MaskFn],
+    loss_inputs: Mapping[str, Any] | None, share_prompt: bool, scale: float, dp: Any,
+) -> tuple[bool, LossMetricAccumulator, list[torch.Tensor], dict[str, list[float]]]:
+    """Forward and backward over the micro-batches ``groups`` (row indices of ``batch``), gradients summed in
+    ``.grad``. Returns ``(finite, metrics accumulator, den_parts, mask_sums)``: ``finite`` is False when a
+    micro-batch's loss was not finite (the loop stops there), ``den_parts`` are ``W ⊙`` the hooks' "drop" masks
+    per micro-batch (global scope: the normaliser is corrected afterwards by :func:`_rescale_for_masks`)."""
+    acc = LossMetricAccumulator()
     finite = True
     need_entropy_grad = settings.entropy_coef != 0.0
-    den_parts: list[torch.Tensor] = []  # W ⊙ the "drop" masks, per micro-batch (global scope)
+    den_parts: list[torch.Tensor] = []
     mask_sums: dict[str, list[float]] = {}
     accumulating = dp.accumulate(model) if dp is not None else contextlib.nullcontext()
     with accumulating:
@@ -198,9 +232,21 @@ def policy_update(
                 break
             (loss * scale if scale != 1.0 else loss).backward()
             acc.add(metrics)
-    # Global scope: the normalisers were computed before the forward, from W without the hooks'
-    # masks. The loss is linear in 1/normaliser, so rescaling the accumulated gradient afterwards
-    # gives exactly the loss normalised over W ⊙ "drop" masks (masks known only after the forward).
+    return finite, acc, den_parts, mask_sums
+
+
+def _rescale_for_masks(
+    model: torch.nn.Module, settings: LossSettings, denominators: AggDenominators | None,
+    den_parts: list[torch.Tensor], finite: bool, dp: Any,
+) -> tuple[bool, float, list[torch.nn.Parameter]]:
+    """Correct the accumulated gradient for the hooks' "drop" masks and (``dp``) reduce it over ranks.
+
+    Global scope: the normalisers were computed before the forward, from W without the hooks' masks. The loss
+    is linear in 1/normaliser, so rescaling the accumulated gradient afterwards gives exactly the loss normalised
+    over W ⊙ "drop" masks (masks known only after the forward). Returns ``(finite, factor, params)``: ``finite``
+    is False when any rank failed, ``factor`` the rescale applied, ``params`` the trainable parameters (after the
+    reduction; FSDP: the shards).
+    """
     factor = 1.0
     any_masks = bool(den_parts)
     actual_den = settings.denominators(den_parts) if den_parts else None
@@ -223,6 +269,15 @@ def policy_update(
             for p in params:
                 if p.grad is not None:
                     p.grad.mul_(factor)
+    return finite, factor, params
+
+
+def _clip_and_step(
+    optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], finite: bool, max_grad_norm: float | None,
+    step_optimizer: bool, dp: Any,
+) -> tuple[bool, float]:
+    """Clip the gradient norm (over ranks under ``dp``), step when it is finite (and ``step_optimizer``), and
+    clear the gradients unless they are kept for the caller. Returns ``(finite, grad_norm)`` (NaN: not computed)."""
     grad_norm = math.nan
     if finite and dp is not None:
         grad_norm = dp.grad_norm_clip(params, max_grad_norm)
@@ -235,12 +290,5 @@ def policy_update(
         optimizer.step()
     if step_optimizer or not finite:
         optimizer.zero_grad(set_to_none=True)
-    out = acc.result()
-    if factor != 1.0:
-        out.update({k: v * factor for k, v in out.items() if k.startswith("loss/")})
-    for k, (num, den) in mask_sums.items():
-        if den > 0:
-            out[k] = num / den
-    out["actor/grad_norm"] = grad_norm
-    out["actor/num_micro_batches"] = float(len(groups))
-    return UpdateResult(metrics=out, skipped=not finite, tokens=int(batch.completion_mask.sum()))
+    return finite, grad_norm
+
