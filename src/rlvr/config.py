@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
-# The sections live in rlvr.config_sections; rlvr.config stays their public home (re-exported).
+# The sections live in rlvr.config_sections; rlvr.config re-exports the ones users name.
 from rlvr.config_sections import (
     DistributedConfig,
     DynamicSamplingConfig,
@@ -32,8 +32,9 @@ from rlvr.config_sections import (
     TaskConfig,
     UECConfig,
     VLLMConfig,
-    _Strict,
+    StrictModel,
 )
+from rlvr.config_aliases import apply_aliases, set_path
 from rlvr.errors import ConfigError
 from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
@@ -42,7 +43,7 @@ from rlvr.registry import CONFIG_SECTIONS
 RECIPES_DIR = Path(__file__).parent / "recipes"
 
 
-class RLConfig(_Strict):
+class RLConfig(StrictModel):
     """The whole run. Batch sizes count completions (TRL semantics, ``grpo_core.md`` §1).
 
     The parts' own sections (``mu_grpo``, ``uec``, ``ib_tpo``, ``fbos`` and any a plugin declares) are
@@ -339,117 +340,6 @@ def resolve_trl_batch_names(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-# ---------------------------------------------------------------------------------------------------
-# aliases (grpo_core.md §12): alias path → (canonical path, value translation or None)
-
-_BOOL_SCALE = {True: "group", False: "none", "true": "group", "false": "none"}
-ALIASES: dict[str, tuple[str, Any]] = {
-    "output_dir": ("logging.output_dir", None),  # TRL's TrainingArguments name
-    "logging_steps": ("logging.logging_steps", None),
-    "n": ("num_generations", None),
-    "rollout.n": ("num_generations", None),
-    "n_samples_per_prompt": ("num_generations", None),
-    "num_generations_per_prompt": ("num_generations", None),
-    "n_samples": ("num_generations", None),
-    "ppo_epochs": ("num_iterations", None),
-    "max_epochs": ("num_iterations", None),
-    "clip_ratio_low": ("epsilon", None),
-    "clip_ratio": ("epsilon", None),
-    "eps_clip": ("epsilon", None),
-    "eps_clip_low": ("epsilon", None),
-    "clip_ratio_high": ("epsilon_high", None),
-    "eps_clip_high": ("epsilon_high", None),
-    "eps_clip_higher": ("epsilon_high", None),
-    "dual_clip": ("clip_ratio_c", None),
-    "ratio_clip_c": ("clip_ratio_c", None),
-    "c_clip": ("clip_ratio_c", None),
-    "kl_coef": ("beta", None),
-    "kl_loss_coef": ("beta", None),
-    "reference_policy_kl_penalty": ("beta", None),
-    "kl_ctl": ("beta", None),
-    "kl_loss_type": ("kl_estimator", None),
-    "kl_estimator_type": ("kl_estimator", None),
-    "reference_policy_kl_type": ("kl_estimator", None),
-    "loss_reduction": ("loss_agg_mode", lambda v: str(v).replace("_", "-")),
-    "token_level_loss": ("loss_agg_mode", lambda v: "token-mean" if v else "seq-mean-token-mean"),
-    "loss_mode": ("policy_loss", None),
-    "policy_loss_type": ("policy_loss", None),
-    "advantage_estimator": ("adv_estimator", None),
-    "norm_adv_by_std_in_grpo": ("scale_rewards", lambda v: "group" if v else "none"),
-    "entropy_coeff": ("entropy_coef", None),
-    "entropy_loss_coef": ("entropy_coef", None),
-    "overlong_filtering": ("mask_truncated_completions", None),
-    "mask_no_eos_with_zero": ("mask_truncated_completions", None),
-    "filter_groups": ("dynamic_sampling", None),
-    "use_dynamic_sampling": ("dynamic_sampling.enable", None),
-    "overlong_buffer.len": ("overlong_buffer_len", None),
-    "overlong_buffer.penalty_factor": ("overlong_penalty_factor", None),
-    "data.max_response_length": ("max_completion_length", None),
-    "lr": ("learning_rate", None),
-    "train.fsdp": ("distributed.fsdp", None),
-    "tis_imp_ratio_cap": ("vllm_importance_sampling_clip_max", None),
-    "rollout_is_threshold": ("vllm_importance_sampling_clip_max", None),
-    "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", None),
-    "steps": ("max_steps", None),
-    "uec.num_explore_generations": ("uec.explore_num_generations", None),
-    "mu_grpo.mu": ("steps_per_generation", None),
-    "uec.replay_admit": ("uec.replay_admission", None),
-    "ib_tpo.lambda_ib": ("ib_tpo.ib_lambda", None),
-    "fbos.combine": ("fbos.combine_mode", None),
-    "model.lora_rank": ("model.lora.r", None),  # verl
-    "model.lora.rank": ("model.lora.r", None),
-    "model.lora_alpha": ("model.lora.alpha", None),  # verl
-    "model.lora.lora_alpha": ("model.lora.alpha", None),  # peft
-    "model.lora.lora_dropout": ("model.lora.dropout", None),  # peft
-}
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and key not in ("task.config",) and not _is_leaf_dict(key):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def _is_leaf_dict(key: str) -> bool:
-    return key.endswith(".config") and key.startswith("task")
-
-
-def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
-    parts = path.split(".")
-    for p in parts[:-1]:
-        nxt = d.setdefault(p, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{path}: cannot set a sub-key of {p!r}, which is a {type(nxt).__name__}")
-        d = nxt
-    d[parts[-1]] = value
-
-
-def _apply_aliases(raw: dict[str, Any]) -> dict[str, Any]:
-    flat = _flatten(raw)
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        target, translate = key, None
-        for alias, (canonical, fn) in ALIASES.items():
-            if key == alias or key.startswith(alias + "."):
-                target = canonical + key[len(alias):]
-                translate = fn
-                warnings.warn(f"config key {key!r} is an alias; use {target!r}", stacklevel=3)
-                break
-        if translate is not None:
-            value = translate(value)
-        if target == "scale_rewards" and isinstance(value, (bool, str)) and value in _BOOL_SCALE:
-            value = _BOOL_SCALE[value]
-        if target == "loss_agg_mode" and isinstance(value, str):
-            value = value.replace("_", "-")
-        _set_path(out, target, value)
-    return out
-
-
 def _suggest(model: type[BaseModel], path: tuple[Any, ...], bad: str) -> str:
     cls: Any = model
     for part in path:
@@ -630,13 +520,13 @@ def build_config(
     names: list[Any] = plugin_list(raw.get("plugins"), "plugins")
     folders: list[Path] = []
     for f in files or []:
-        data = _apply_aliases(load_yaml(f))
+        data = apply_aliases(load_yaml(f))
         names += plugin_list(data.get("plugins"), f"{f}: plugins")
         folders.append(_config_path(f).resolve().parent)
         raw = _merge(raw, data)
     for o in overrides or []:
         key, value = parse_override(o)
-        data = _apply_aliases(_nest(key, value))
+        data = apply_aliases(_nest(key, value))
         names += plugin_list(data.get("plugins"), "plugins")
         raw = _merge(raw, data)
     names = list(dict.fromkeys([*names, *plugin_list(list(plugins), "--plugin")]))
@@ -653,7 +543,7 @@ def build_config(
 
 def _nest(key: str, value: Any) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    _set_path(d, key, value)
+    set_path(d, key, value)
     return d
 
 

@@ -21,7 +21,12 @@ DEFAULT_EVAL_SIZE = 100
 """Eval problems generated (reasoning-gym, testbed) or held out of ``task.path`` when ``task.eval_size`` is unset."""
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys, NaN/inf and booleans for numbers are refused.
+
+    Subclass it for a plugin's own section (registered with :func:`rlvr.registry.register_section`).
+    """
+
     # allow_inf_nan=False: a NaN or infinite number is never a meaningful knob value (`entropy_coef=nan`
     # used to pass validation and crash in the loss after the model loaded; `learning_rate=inf` trained
     # on non-finite weights); every "no limit" knob has its own spelling (0 or null)
@@ -61,7 +66,7 @@ def _numeric_only(annotation: Any) -> bool:
 LORA_INIT_CHOICES = ("true", "false", "gaussian")
 
 
-class LoraConfig(_Strict):
+class LoraConfig(StrictModel):
     """LoRA adapters through ``peft`` (``model.lora.*``); ``r = 0`` (the default) trains every weight.
 
     Field names and meanings are peft's ``LoraConfig`` (Hu et al. 2021, "LoRA", §4.1: the update of a
@@ -123,7 +128,7 @@ class LoraConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """Which policy to load. ``name_or_path``: ``default`` (embedded SmolLM2-135M-Instruct), a local
     folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network).
 
@@ -147,7 +152,7 @@ class ModelConfig(_Strict):
         return aliases.get(v.strip().lower(), v.strip().lower()) if isinstance(v, str) else v
 
 
-class TaskConfig(_Strict):
+class TaskConfig(StrictModel):
     """Where prompts come from and how completions are verified (``rlvr.tasks``).
 
     ``eval_size``: for an eval split read from a file or dataset split (``eval_path``,
@@ -195,7 +200,7 @@ class TaskConfig(_Strict):
         return self
 
 
-class DynamicSamplingConfig(_Strict):
+class DynamicSamplingConfig(StrictModel):
     """DAPO dynamic sampling (``grpo_core.md`` §9.2).
 
     ``metric`` is what must vary within a group for it to be kept: ``acc`` (default, the verifier's
@@ -211,7 +216,7 @@ class DynamicSamplingConfig(_Strict):
     keep_excess: bool = False
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(StrictModel):
     """Where and how often the run reports.
 
     ``report_to``: where step scalars go besides ``metrics.jsonl`` — any of ``tensorboard`` (default),
@@ -247,7 +252,7 @@ class LoggingConfig(_Strict):
         return [x for x in self.report_to if x != "tensorboard" or self.tensorboard]
 
 
-class DistributedConfig(_Strict):
+class DistributedConfig(StrictModel):
     """Many processes (``torchrun``): README "Many processes and machines", ``rlvr.distributed``.
 
     ``fsdp``: shard the policy (and the reference model) with FSDP2 — ``null``/``auto`` (default) shards
@@ -275,7 +280,7 @@ class DistributedConfig(_Strict):
         return data
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictModel):
     """Held-out evaluation (``rlvr eval``, ``docs/evaluation.md``).
 
     ``num_samples`` completions per problem at ``temperature`` (0 = greedy: one completion per
@@ -316,7 +321,7 @@ class EvalConfig(_Strict):
         return self
 
 
-class UECConfig(_Strict):
+class UECConfig(StrictModel):
     """UEC-RL knobs (``docs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
 
     ``None`` sizes derive from the batch geometry: ``update_size`` → ``generation_batch_size`` (N_upd =
@@ -351,7 +356,7 @@ class UECConfig(_Strict):
     token_diagnostics: bool = False
 
 
-class IBTPOConfig(_Strict):
+class IBTPOConfig(StrictModel):
     """IB-TPO knobs (``docs/ib_tpo.md`` §3; every mechanic is a named switch).
 
     ``None`` sizes derive from ``num_generations`` G: ``num_initial_chains`` → round(G ·
@@ -403,7 +408,7 @@ class IBTPOConfig(_Strict):
         return self
 
 
-class FBOSConfig(_Strict):
+class FBOSConfig(StrictModel):
     """FBOS-RL knobs (``docs/fbos_rl.md`` §3; every interpretation is a named switch).
 
     ``initial_rollouts`` is ``G1`` (``None``: ``num_generations // 2``); ``G2 = num_generations − G1``.
@@ -453,7 +458,7 @@ class FBOSConfig(_Strict):
         return self
 
 
-class MuGRPOConfig(_Strict):
+class MuGRPOConfig(StrictModel):
     """μ-GRPO (``docs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
 
     μ itself is ``steps_per_generation`` (alias ``mu_grpo.mu``); the relaxed clip window is plain
@@ -470,7 +475,7 @@ class MuGRPOConfig(_Strict):
     stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"
 
 
-class VLLMConfig(_Strict):
+class VLLMConfig(StrictModel):
     """The vLLM server engine (``engine: vllm``; ``rlvr.engines.vllm_engine``, docs/vllm.md).
 
     rlvr starts the server itself (``python`` = the vLLM environment's interpreter, built by
@@ -513,7 +518,7 @@ prompts cause; the server itself is started with ``--seed`` = the run seed. ``we
         return self
 
 
-class EnvConfig(_Strict):
+class EnvConfig(StrictModel):
     """A multi-turn environment (``env:``; :mod:`rlvr.envs`, docs/environments.md); off when ``type`` is unset.
 
     ``type``: a built-in name (``single``, ``feedback``, ``tools``) or ``"my_module:MyEnv"`` (importable,
