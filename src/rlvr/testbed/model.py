@@ -172,7 +172,7 @@ def build_tokenizer(v2: bool = False, tools: bool = False) -> Any:
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    from rlvr.testbed import tools as tt
+    import rlvr.testbed.tools as tt
 
     v2 = v2 or tools
     extra = (list(V2_CHARS) if v2 else []) + (list(tt.TOOL_CHARS) if tools else [])
