@@ -16,7 +16,8 @@ from rlvr.testbed.mixture import FAP_TEMPLATE, V2_CHARS, failed_attempt, v2_exam
 from rlvr.testbed.model import PRESETS, TestbedSpec, build_tokenizer, pretrain
 from rlvr.testbed.task import ALPHABET, OPS, TestbedTask, chain_answer, first_wrong_position, make_example
 
-V2_FIELDS = ("chain_steps", "hard_max_level", "hard_noise", "feedback_frac", "attempt_noise", "feedback_noise")
+V2_FIELDS = ("chain_steps", "hard_max_level", "hard_noise", "feedback_frac", "attempt_noise", "feedback_noise",
+             "tool_frac")  # every field added after v1, left out of the hash at its default
 
 
 def test_single_step_examples_draw_exactly_like_v1():
