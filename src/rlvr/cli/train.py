@@ -142,10 +142,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     Returns 1 when more than :data:`REWARD_FAILURE_LIMIT` of the run's reward calls failed.
     """
-    cfg = _load_config(args)
-    from rlvr.loggers import check_report_to
-
-    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
+    cfg = _load_config(args, training=True)  # parts and trackers (a missing wandb/mlflow package): exit 2 now
     if args.overwrite and args.resume:  # before _resume_target, which would report on the folder first
         from rlvr.errors import OutputDirError
 
@@ -195,7 +192,7 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
         from rlvr.errors import DataError
 
         raise DataError(f"task {cfg.task.type}: no training problems (task.train_size={cfg.task.train_size})")
-    check_filter_metric(cfg, task)
+    check_filter_metric(cfg, task)  # the task's half of validate_run (its config half ran in _load_config)
     check_engine_config(cfg)
     from rlvr.models import check_model_path
 
@@ -212,7 +209,7 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return _train(cfg, local_cfg, ckpt, env, task, args)
+        return _train(cfg, local_cfg, ckpt, env, task, args, validated=True)
     except BaseException:
         if fresh:
             from rlvr.trainer.run_dir import forget_failed_start
@@ -223,10 +220,11 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
         shutdown()
 
 
-def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None) -> int:
+def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None, *, validated: bool = False) -> int:
     """Load the model, build this rank's trainer over ``task`` (built and checked by :func:`cmd_train`),
     resume, train (one process or one rank of a ``torchrun`` job; only rank 0 writes the output dir and
-    prints)."""
+    prints). ``validated``: :func:`cmd_train` already ran :func:`~rlvr.trainer.components.validate_run`
+    on ``cfg`` and ``task`` (the trainer then does not run it again)."""
     from rlvr.distributed import DataParallel
     from rlvr.distributed.setup import use_fsdp
     from rlvr.models import load_policy
@@ -248,7 +246,7 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
                   f"per rank per round", file=sys.stderr)
     else:
         model.to(env.device)
-    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg, validated=validated)
     try:
         resume = getattr(args, "resume", None)
         if ckpt is not None:

@@ -26,7 +26,7 @@ import torch
 from rlvr.config import RLConfig
 from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
-from rlvr.loggers import build_trackers, check_report_to
+from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
@@ -38,7 +38,7 @@ from rlvr.trainer.components import (
     MASKS,
     SAMPLERS,
     SamplerContext,
-    validate_components,
+    validate_run,
 )
 from rlvr.parts import AdvantageContext
 from rlvr.trainer.context import TrainerPlanContext
@@ -53,7 +53,6 @@ from rlvr.trainer.metrics import peak_memory_mb
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
-from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
 from rlvr.trainer.run_state import RunState, run_state_field
 from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
@@ -97,6 +96,11 @@ class Trainer(BatchPreparation, OptimizerSteps):
             keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
             logs on rank 0 only.
         run_config: the job's config as the user wrote it (default ``cfg``).
+        validated: True when the caller already ran :func:`rlvr.trainer.components.validate_run` on this
+            run (``rlvr train`` does, before any model loads); False (default): the trainer runs it first.
+
+    Raises:
+        ConfigError: ``validated=False`` and :func:`~rlvr.trainer.components.validate_run` refuses the run.
     """
 
     # views of self.run_state: the loop state a checkpoint saves (trainer/run_state.py)
@@ -126,8 +130,10 @@ class Trainer(BatchPreparation, OptimizerSteps):
         output_dir: str | Path | None = None,
         dp: Any = None,
         run_config: RLConfig | None = None,
+        validated: bool = False,
     ) -> None:
-        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
+        if not validated:  # once per run: the CLI validated before loading the model and says so
+            validate_run(cfg, task)
         seed_everything(cfg.seed)
         self.run_state = RunState()
         self.cfg = cfg
@@ -144,8 +150,6 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.precision = apply_precision(model, cfg.model.dtype)
-        validate_components(cfg)  # before a server is started
-        check_filter_metric(cfg, task)
         self._attach_engine(engine, gen_model, lora, sharded)
         self._build_parts(sampler, schedule, ref_model, extra_mask_fns)
         self.idle = IdleTracker(cfg.max_idle_rounds)
