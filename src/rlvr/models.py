@@ -60,7 +60,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?
 # load_policy
 
 
-def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
+def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     """Load the policy model and its tokenizer as ``ModelConfig`` describes them.
 
     Resolution of ``cfg.name_or_path``:
@@ -94,6 +94,9 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     (:func:`rlvr.precision.set_model_precision`: the trainer's forwards and the engine follow it), with
     ``config.pad_token_id`` and ``generation_config.pad_token_id`` set; gradient checkpointing is
     enabled when ``cfg.gradient_checkpointing``. Its train/eval mode is left to the caller.
+    ``precision``: the run's already resolved :class:`~rlvr.precision.PrecisionPolicy` (``rlvr train``
+    resolves ``model.dtype`` once for the run's device and passes it here and to the trainer); None
+    resolves ``cfg.dtype`` for the CPU.
     The tokenizer gets ``pad_token = eos_token`` when it has no pad token, and
     ``padding_side = "left"``; rlvr's own code never relies on the tokenizer's padding side
     (engines and trainer pad token-id lists themselves).
@@ -108,7 +111,7 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     """
     from rlvr.precision import resolve_precision, set_model_precision
 
-    policy = resolve_precision(cfg.dtype, "cpu")
+    policy = precision if precision is not None else resolve_precision(cfg.dtype, "cpu")
     dtype = policy.param_dtype
     name = cfg.name_or_path.strip()
     if name == "default":

@@ -48,3 +48,37 @@ def test_trainer_from_python_validates_unless_told(tmp_path, tiny, toy_task, cal
     assert dict(calls) == {name: 1 for name in CHECKS}  # the caller said it had validated: nothing ran again
     with pytest.raises(ConfigError, match="did you mean 'group'"):
         Trainer(small_config(tmp_path / "c", "sampler=groupp"), factory(0), tok, toy_task)
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    """The ``model.dtype`` values :func:`rlvr.precision.resolve_precision` was asked to resolve, wherever it
+    was imported (every rlvr module that bound the name)."""
+    import sys
+
+    import rlvr.precision as precision
+
+    real, seen = precision.resolve_precision, []
+
+    def counted(requested="auto", device=None, **k):
+        seen.append(requested)
+        return real(requested, device, **k)
+
+    for mod in [m for name, m in list(sys.modules.items()) if name.startswith("rlvr") and m is not None]:
+        if getattr(mod, "resolve_precision", None) is real:
+            monkeypatch.setattr(mod, "resolve_precision", counted)
+    return seen
+
+
+def test_cli_train_resolves_the_precision_once(tmp_path, resolutions):
+    assert train_tiny(tmp_path, "max_steps=1", "model.dtype=auto") == 0
+    assert resolutions == ["auto"]  # the load, the trainer and its engine share the one policy
+
+
+def test_trainer_from_python_resolves_for_the_models_device_once(tmp_path, tiny, toy_task, resolutions):
+    factory, tok = tiny
+    tr = Trainer(small_config(tmp_path), factory(0), tok, toy_task)
+    assert resolutions == [tr.cfg.model.dtype] and tr.precision.device_type == "cpu"
+    given = tr.precision
+    again = Trainer(small_config(tmp_path / "b"), factory(0), tok, toy_task, precision=given)
+    assert len(resolutions) == 1 and again.precision is given

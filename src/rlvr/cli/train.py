@@ -232,8 +232,13 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
+    from rlvr.precision import resolve_precision
+
     main_rank = env.rank == 0
-    model, tokenizer = load_policy(local_cfg.model)  # at the run's recorded precision on --resume
+    # model.dtype resolved once for the run's device (at the run's recorded precision on --resume): the
+    # load, the sharding, the trainer's forwards and the engine all use this policy
+    precision = resolve_precision(local_cfg.model.dtype, env.device)
+    model, tokenizer = load_policy(local_cfg.model, precision=precision)
     out = Path(cfg.logging.output_dir)
     dp = None
     if env.distributed:
@@ -246,7 +251,8 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
                   f"per rank per round", file=sys.stderr)
     else:
         model.to(env.device)
-    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg, validated=validated)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg, precision=precision,
+                      validated=validated)
     try:
         resume = getattr(args, "resume", None)
         if ckpt is not None:

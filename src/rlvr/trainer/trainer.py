@@ -28,6 +28,7 @@ from rlvr.engines.factory import build_engine
 from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
 from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
+from rlvr.precision import PrecisionPolicy
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
@@ -55,7 +56,7 @@ from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
 from rlvr.trainer.run_state import RunState, run_state_field
-from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
+from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, resolve_run_precision, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
 from rlvr.types import RolloutBatch
@@ -96,6 +97,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
             keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
             logs on rank 0 only.
         run_config: the job's config as the user wrote it (default ``cfg``).
+        precision: the run's resolved :class:`~rlvr.precision.PrecisionPolicy` (``rlvr train`` resolves
+            ``model.dtype`` once for the run's device and loads the model with it); None: ``cfg.model.dtype``
+            resolved here for ``dp``'s device, else for the model's (:func:`resolve_run_precision`).
         validated: True when the caller already ran :func:`rlvr.trainer.components.validate_run` on this
             run (``rlvr train`` does, before any model loads); False (default): the trainer runs it first.
 
@@ -130,6 +134,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         output_dir: str | Path | None = None,
         dp: Any = None,
         run_config: RLConfig | None = None,
+        precision: PrecisionPolicy | None = None,
         validated: bool = False,
     ) -> None:
         if not validated:  # once per run: the CLI validated before loading the model and says so
@@ -141,6 +146,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.dp = dp
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
+        self.precision = precision if precision is not None else resolve_run_precision(
+            cfg.model.dtype, model, dp.env.device if dp is not None else None)  # once: sharding, forwards, engine
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
         model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
@@ -149,7 +156,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.precision = apply_precision(model, cfg.model.dtype)
+        apply_precision(model, cfg.model.dtype, self.precision)
         self._attach_engine(engine, gen_model, lora, sharded)
         self._build_parts(sampler, schedule, ref_model, extra_mask_fns)
         self.idle = IdleTracker(cfg.max_idle_rounds)
@@ -185,7 +192,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
             from rlvr.distributed.setup import prepare_models
 
-            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            prepared = prepare_models(model, ref_model, cfg, dp.env, self.precision)
             model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         return model, ref_model, gen_model, sharded
 
