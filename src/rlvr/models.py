@@ -112,40 +112,46 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     from rlvr.precision import resolve_precision, set_model_precision
 
     policy = precision if precision is not None else resolve_precision(cfg.dtype, "cpu")
-    dtype = policy.param_dtype
-    name = cfg.name_or_path.strip()
-    if name == "default":
-        folder = ensure_default_model(cfg.cache_dir)
-        model, tok = _load_folder(folder, dtype)
-    elif name == "tiny" or name.startswith("tiny:"):
-        seed = name.partition(":")[2]
-        if seed and not seed.isdigit():
-            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
-        model, tok = build_tiny_model(int(seed or 0))
-        model = model.to(dtype)
-    elif name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
-        model, tok = _load_folder(_source_folder(name, cfg.cache_dir), dtype)
-    else:
-        path = Path(name).expanduser()
-        if path.is_file() and path.suffix == ".gguf":
-            model, tok = _load_gguf(path, dtype)
-        elif path.is_dir() and cfg.gguf_file:
-            gguf = path / cfg.gguf_file
-            if not gguf.is_file():
-                raise ModelLoadError(f"model.gguf_file {cfg.gguf_file!r} not found in folder {str(path)!r}")
-            model, tok = _load_gguf(gguf, dtype)
-        elif path.is_dir():
-            model, tok = _load_folder(path, dtype)
-        elif path.exists() or _looks_like_path(name):
-            check_model_path(cfg)
-            raise AssertionError("unreachable: check_model_path raises for this name")  # pragma: no cover
-        else:
-            model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
+    model, tok = _load_named(cfg, policy.param_dtype)
     _finish(model, tok)
     set_model_precision(model, policy)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tok
+
+
+def _load_named(cfg: ModelConfig, dtype: torch.dtype) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``cfg.name_or_path`` by the resolution order of :func:`load_policy`, the
+    weights in ``dtype`` (before :func:`load_policy`'s finishing touches).
+
+    Raises:
+        ModelLoadError: see :func:`load_policy`.
+    """
+    name = cfg.name_or_path.strip()
+    if name == "default":
+        return _load_folder(ensure_default_model(cfg.cache_dir), dtype)
+    if name == "tiny" or name.startswith("tiny:"):
+        seed = name.partition(":")[2]
+        if seed and not seed.isdigit():
+            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
+        model, tok = build_tiny_model(int(seed or 0))
+        return model.to(dtype), tok
+    if name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
+        return _load_folder(_source_folder(name, cfg.cache_dir), dtype)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _load_gguf(path, dtype)
+    if path.is_dir() and cfg.gguf_file:
+        gguf = path / cfg.gguf_file
+        if not gguf.is_file():
+            raise ModelLoadError(f"model.gguf_file {cfg.gguf_file!r} not found in folder {str(path)!r}")
+        return _load_gguf(gguf, dtype)
+    if path.is_dir():
+        return _load_folder(path, dtype)
+    if path.exists() or _looks_like_path(name):
+        check_model_path(cfg)
+        raise AssertionError("unreachable: check_model_path raises for this name")  # pragma: no cover
+    return _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
 
 
 def check_model_path(cfg: ModelConfig) -> None:
