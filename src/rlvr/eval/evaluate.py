@@ -113,15 +113,8 @@ def evaluate(
     ks_used = sorted({int(k) for k in ks if int(k) <= n_draw})
     ks_skipped = sorted({int(k) for k in ks} - set(ks_used))
     problems, total = _split_problems(task, split, limit, offset)
-    if engine is None:
-        from rlvr.engines.hf import HFEngine
-
-        engine = HFEngine(model, tokenizer, max_batch_size=max(1, prompts_per_batch * n_draw))
-    precision = _precision_of(model, engine)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
-    scorer = Scorer(task, tokenizer)
-    sampler = GroupSampler(engine, encoder, pad) if make_sampler is None else make_sampler(engine, encoder, scorer)
+    sampler, scorer, precision = _eval_sampler(model, tokenizer, task, engine, make_sampler,
+                                               max(1, prompts_per_batch * n_draw), system_prompt, max_prompt_length)
     run = _SampledProblems(episodes=make_sampler is not None)
     bar = _progress_bar(len(problems), label, enabled=progress)
     t0 = time.perf_counter()
@@ -158,15 +151,25 @@ def evaluate(
         out["ks_skipped"] = ks_skipped
         out["ks_skipped_reason"] = ("temperature 0 is greedy: one sample per problem" if greedy
                                     else f"k > num_samples={num_samples}")
-    out.update(summarize_records(run.slim, ks_used, seed=seed))
-    out["reward/verifier_errors"] = run.stats.errors
-    if make_sampler is not None:
-        out.update(run.env_faults)
-    out["time_s"] = round(elapsed, 2)
-    out["tokens_per_s"] = round(run.generated / elapsed, 1) if elapsed > 0 else None
-    out["torch_threads"] = torch.get_num_threads()
-    out["per_problem"] = run.per_problem
+    out.update(run.summary(ks_used, seed, elapsed))
     return out
+
+
+def _eval_sampler(model: Any, tokenizer: Any, task: Any, engine: Any, make_sampler: SamplerFactory | None,
+                  max_batch_size: int, system_prompt: str | None, max_prompt_length: int) -> tuple[Any, Scorer, str]:
+    """``(sampler, scorer, precision)`` of one evaluation: the group sampler (or ``make_sampler``'s episode
+    sampler) on ``engine`` (default: an :class:`~rlvr.engines.hf.HFEngine` on ``model`` decoding up to
+    ``max_batch_size`` sequences at once), the task's scorer, and the precision the samples are drawn at."""
+    if engine is None:
+        from rlvr.engines.hf import HFEngine
+
+        engine = HFEngine(model, tokenizer, max_batch_size=max_batch_size)
+    precision = _precision_of(model, engine)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
+    scorer = Scorer(task, tokenizer)
+    sampler = GroupSampler(engine, encoder, pad) if make_sampler is None else make_sampler(engine, encoder, scorer)
+    return sampler, scorer, precision
 
 
 def _check_eval_args(num_samples: int, limit: int | None, offset: int, ks: Sequence[int], temperature: float) -> None:
@@ -239,6 +242,20 @@ class _SampledProblems:
             })
             if on_problem is not None:
                 on_problem(rec)
+
+    def summary(self, ks_used: list[int], seed: int, elapsed: float) -> dict[str, Any]:
+        """The result's metrics (:func:`rlvr.eval.summary.summarize_records`), the verifier's error count,
+        the environments' fault counts (``episodes``), the timing and the per-problem summaries, in
+        :func:`evaluate`'s key order (``elapsed``: wall seconds of the sampling)."""
+        out = dict(summarize_records(self.slim, ks_used, seed=seed))
+        out["reward/verifier_errors"] = self.stats.errors
+        if self.episodes:
+            out.update(self.env_faults)
+        out["time_s"] = round(elapsed, 2)
+        out["tokens_per_s"] = round(self.generated / elapsed, 1) if elapsed > 0 else None
+        out["torch_threads"] = torch.get_num_threads()
+        out["per_problem"] = self.per_problem
+        return out
 
 
 def _sample(batch: Any, r: int, text: str, prob: Any, scorer: Scorer, stats: ScoreStats,
