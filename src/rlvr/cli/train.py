@@ -28,7 +28,8 @@ def _resume_target(cfg, mode: str):
             every ``checkpoint-N`` of ``auto``/``force`` is, the checkpoint holds a LoRA adapter for a
             full-model run or the reverse, or the config or data changed (every difference is named, old -> new).
     """
-    from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
+    from rlvr.trainer.checkpoint import resume_differences
+    from rlvr.trainer.checkpoint_state import STATE_FILE
     from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
 
     out = Path(cfg.logging.output_dir)

@@ -15,7 +15,7 @@ This module runs the arms (:func:`run_compare`, :func:`run_one`, the untrained b
 writes their result files. What a comparison is lives in :mod:`rlvr.compare.spec`, the equal budget
 (what counts as generated, the sampler wrapper that enforces it) in :mod:`rlvr.compare.budget`, the
 per-step curve and its summary in :mod:`rlvr.compare.curves`, the held-out evaluation in
-:mod:`rlvr.compare.heldout`; their public names are re-exported here.
+:mod:`rlvr.compare.heldout`.
 
 Source: interpretation of issue 8 (no paper).
 """
@@ -30,14 +30,13 @@ from typing import Any, Callable
 
 import yaml
 
-from rlvr.compare.budget import Budget, BudgetExhausted, BudgetKind, BudgetMeter, generated_counts  # noqa: F401 (re-exported)
-from rlvr.compare.curves import CURVE_KEYS, curve_summary, curve_values  # noqa: F401 (re-exported)
+from rlvr.compare.budget import Budget, BudgetExhausted, BudgetMeter
+from rlvr.compare.curves import curve_summary, curve_values
 from rlvr.compare.heldout import _eval_keys, _held_out_eval
 from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReached
-from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
-from rlvr.compare.spec import Arm, CompareSpec, _check_name  # noqa: F401 (re-exported)
+from rlvr.compare.report import BASELINE, read_curve, write_report
+from rlvr.compare.spec import Arm, CompareSpec
 from rlvr.errors import ConfigError, IdleRunError
-from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
 from rlvr.staging import write_text_atomic
 from rlvr.text import plural
 

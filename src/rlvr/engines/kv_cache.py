@@ -4,8 +4,7 @@
 append-in-place layer (``AppendLayer``): new keys/values are written into preallocated capacity instead of
 ``torch.cat``-ing the whole cache every decode step (a ~0.5 GB copy per step at 64 rows × 200 tokens on
 SmolLM2-135M), and finished rows are selected away by copying only the live length. :func:`trim_left` drops
-leading (left-padding) columns no live row attends to. Split out of :mod:`rlvr.engines.hf`, which re-exports
-the old private names ``_new_cache`` / ``_trim_left``.
+leading (left-padding) columns no live row attends to. Split out of :mod:`rlvr.engines.hf`.
 """
 
 from __future__ import annotations

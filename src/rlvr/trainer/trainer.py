@@ -8,7 +8,7 @@ This module holds the wiring (:class:`Trainer`'s constructor) and the loop aroun
 stopping, resume re-planning, the rank agreements, checkpoints. The halves of an iteration are
 mixins in their own modules: :mod:`rlvr.trainer.prepare` (a generation batch from the weight push to
 the batch filters) and :mod:`rlvr.trainer.steps` (one optimizer update and the actions after it);
-config-only setup helpers are :mod:`rlvr.trainer.setup`. Their names are re-exported here.
+config-only setup helpers are :mod:`rlvr.trainer.setup`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import torch
 
 from rlvr.config import RLConfig
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
+from rlvr.errors import IdleRunError, RewardFailureError, RunStopped
 from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.precision import PrecisionPolicy
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
-from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
+from rlvr.trainer.checkpoint import save_checkpoint
+from rlvr.trainer.checkpoint_state import capture_rng_state, pending_round_state, restore_rng_state
 from rlvr.schedules import SCHEDULES, OptimizerStep, Schedule
 from rlvr.trainer.components import (
     ADV_ESTIMATORS,
