@@ -88,6 +88,8 @@ def import_user_module(name: str, label: str, search: Iterable[Path] = (), *,
         ConfigError: the file does not exist (the places looked in are named), is not a regular file,
             clashes with an imported module of the same name, or importing raised: ``{label} failed to
             import: {error type}: {error}`` (a missing top-level module adds where it must be).
+
+    Source: interpretation (torchtune's dotted-path components, pytest's ``-p`` plugins).
     """
     search = [Path(d) for d in search]
     try:

@@ -47,7 +47,8 @@ def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPol
 def resolve_run_precision(requested: str, model: torch.nn.Module, device: torch.device | str | None = None) -> PrecisionPolicy:
     """``model.dtype`` (``requested``) resolved for where the run computes: ``device`` (a ``torchrun`` rank's
     device, where the models are placed) or, without one, the device of the model's first floating-point
-    weight (the CPU when it has none). A trainer built without the run's policy resolves it here, once.
+    weight (the CPU when it has none). A trainer built without the run's policy resolves it here, once
+    (interpretation: issue 24, item 6, "resolve precision once").
 
     Raises:
         ValueError: an unknown mode or a bad ``RLVR_CPU_BF16`` value (:func:`rlvr.precision.resolve_precision`).
