@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from rlvr.config import ModelConfig
     from rlvr.engines.hf import HFEngine
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
     from rlvr.types import GenerationRequest, SamplingParams
 
     model, tok = build_tiny_model(0) if args.model == "tiny" else load_policy(ModelConfig(name_or_path=args.model))

@@ -79,7 +79,8 @@ def worker(args: argparse.Namespace) -> None:
     from rlvr.config import build_config
     from rlvr.distributed import DataParallel, init_distributed, shutdown
     from rlvr.distributed.setup import local_config, use_fsdp
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.trainer.trainer import Trainer
 
@@ -130,7 +131,8 @@ def gen_ab_worker(args: argparse.Namespace) -> None:
     from rlvr.config import build_config
     from rlvr.distributed import DataParallel, init_distributed, shutdown
     from rlvr.distributed.setup import local_config, use_fsdp
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.trainer.trainer import Trainer
 

@@ -80,7 +80,8 @@ class ParityTask:
 
 
 def load_model(args: argparse.Namespace, cfg: Any):
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
 
     if args.model == "tiny":
         return build_tiny_model(0)

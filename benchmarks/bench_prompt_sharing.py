@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from rlvr.config import ModelConfig
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
     from rlvr.trainer.forward import completion_logprobs
 
     model = build_tiny_model(0)[0] if a.model == "tiny" else load_policy(ModelConfig(name_or_path=a.model))[0]

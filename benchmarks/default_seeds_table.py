@@ -6,7 +6,7 @@ Reads the flat result files the docs keep, ``DIR/<arm>.seed<k>.result.json`` (co
 for the same arm × seed wins (so a rerun of GRPO replaces the older one). Prints a Markdown table:
 
 * per arm, pass@1 of every seed, mean ± half-width of the two-sided 95 % Student-t interval over seeds
-  (``t_{0.975, n-1} · s / √n``, :func:`rlvr.compare.claims.t_interval`), pass@4 mean, generated tokens
+  (``t_{0.975, n-1} · s / √n``, :func:`rlvr.compare.claim_values.t_interval`), pass@4 mean, generated tokens
   mean and wall seconds per run;
 * per arm, the paired difference arm − reference (same seed: same training draw and the same held-out
   problems and sampling seed) per seed, with its mean ± 95 % t half-width over seeds.
@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.compare.claims import t_interval
+from rlvr.compare.claim_values import t_interval
 
 _NAME = re.compile(r"^(?P<arm>[A-Za-z0-9_.-]+?)\.seed(?P<seed>\d+)\.result\.json$")
 

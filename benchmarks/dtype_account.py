@@ -35,7 +35,8 @@ RESULTS = Path(__file__).parent / "results"
 def build_trainer(model_name: str, dtype: str, chunk: int, overrides: list[str], run_dir: str):
     """A :class:`rlvr.trainer.trainer.Trainer` for one step at this script's setting."""
     from rlvr.config import build_config
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
+    from rlvr.tiny_model import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.testing import ToyTask, small_config
     from rlvr.trainer.trainer import Trainer

@@ -70,7 +70,8 @@ def _nan_after(n_good: int):
 
 def test_nonfinite_loss_skips_updates_then_stops_with_checkpoint_and_message(tmp_path, tiny):
     from rlvr.trainer.checkpoint import latest_checkpoint
-    from rlvr.trainer.trainer import Trainer, TrainingError
+    from rlvr.trainer.trainer import Trainer
+    from rlvr.errors import TrainingError
 
     factory, tok = tiny
     cfg = small_config(tmp_path, "max_steps=10", "max_consecutive_nonfinite=3", "reward_timeout_s=0",

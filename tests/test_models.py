@@ -15,7 +15,9 @@ import torch
 from rlvr import models
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError
-from rlvr.models import build_tiny_model, build_tiny_tokenizer, lm_head_params, load_policy, model_forward_hidden
+from rlvr.models import load_policy
+from rlvr.tiny_model import build_tiny_model, build_tiny_tokenizer
+from rlvr.model_split import lm_head_params, model_forward_hidden
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from rlvr.rewards import RewardError, Scorer, VerifierPool
+from rlvr.rewards import RewardError, Scorer
+from rlvr.reward_pool import VerifierPool
 from rlvr.tasks.base import Problem
 from rlvr.testing import small_config
 from rlvr.types import RolloutBatch
@@ -34,7 +35,7 @@ def make_batch(tok, uids: list[str], text: str = "12") -> RolloutBatch:
 
 @pytest.fixture(scope="module")
 def tok():
-    from rlvr.models import build_tiny_tokenizer
+    from rlvr.tiny_model import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

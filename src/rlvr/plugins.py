@@ -21,14 +21,12 @@ import error, before any model loads.
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from rlvr.errors import ConfigError
+from rlvr.user_modules import import_user_module
 
 ENTRY_POINT_GROUP = "rlvr.plugins"
 """The ``importlib.metadata`` entry-point group an installed package registers its plugin modules under."""
@@ -36,46 +34,9 @@ ENTRY_POINT_GROUP = "rlvr.plugins"
 _entry_points_loaded = False
 
 
-def _is_file(name: str) -> bool:
-    return name.endswith(".py") or "/" in name or "\\" in name
-
-
-def _add_to_path(folder: Path) -> None:
-    f = str(folder)
-    if f not in sys.path:
-        sys.path.append(f)
-
-
-def _import_file(name: str, search: list[Path]):
-    p = Path(name)
-    candidates = [p] if p.is_absolute() else [Path.cwd() / p, *(d / p for d in search)]
-    found = next((c.resolve() for c in candidates if c.is_file()), None)
-    if found is None:
-        looked = ", ".join(str(c) for c in candidates)
-        raise ConfigError(f"plugin {name!r}: file not found (looked for {looked})")
-    mod_name = found.stem
-    old = sys.modules.get(mod_name)
-    if old is not None:
-        if Path(getattr(old, "__file__", "") or "").resolve() == found:
-            return old
-        raise ConfigError(f"plugin {name!r}: a module named {mod_name!r} is already imported "
-                          f"(from {getattr(old, '__file__', None)}); rename the file")
-    spec = importlib.util.spec_from_file_location(mod_name, found)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"plugin {name!r}: {found} cannot be imported as a Python module")
-    _add_to_path(found.parent)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(mod_name, None)
-        raise
-    return module
-
-
 def import_plugin(name: str, search: Iterable[Path] = ()):
     """Import one plugin (a module name or a ``.py`` file, see the module docstring); returns the module.
+    The loader is :func:`rlvr.user_modules.import_user_module` (a file is imported under its stem).
 
     Args:
         name: ``pkg.module`` or ``path/to/file.py``.
@@ -85,19 +46,7 @@ def import_plugin(name: str, search: Iterable[Path] = ()):
         ConfigError: the file does not exist, or importing raised (the message names the plugin and
             the error, e.g. ``plugin 'my_algo' failed to import: ModuleNotFoundError: No module named 'x'``).
     """
-    search = [Path(d) for d in search]
-    try:
-        if _is_file(name):
-            return _import_file(name, search)
-        for d in [Path.cwd(), *search]:
-            _add_to_path(d)
-        return importlib.import_module(name)
-    except ConfigError as exc:
-        if str(exc).startswith(f"plugin {name!r}"):
-            raise
-        raise ConfigError(f"plugin {name!r} failed to import: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 (any import-time error is the plugin's, reported as such)
-        raise ConfigError(f"plugin {name!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    return import_user_module(name, f"plugin {name!r}", search)
 
 
 def plugin_list(value: Any, where: str) -> list[str]:

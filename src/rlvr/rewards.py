@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.reward_pool import FLOAT32_MAX, VerifierPool, checked_score  # noqa: F401 (re-exported)
+from rlvr.reward_pool import VerifierPool, checked_score
 from rlvr.types import RolloutBatch
 
 

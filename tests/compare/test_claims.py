@@ -9,10 +9,13 @@ import statistics
 
 import pytest
 
-from rlvr.compare.claims import Claim, ClaimsFile, analyse, arm_values, decide, evaluate, t_interval, write_claims
+from rlvr.compare.claims import Claim, ClaimsFile, analyse, decide, evaluate, write_claims
+from rlvr.compare.claim_values import arm_values, t_interval
 from rlvr.compare.claims import VERDICTS
 from rlvr.compare.stats_rules import UnpairedSeedsError
-from rlvr.compare.harness import Arm, Budget, CompareSpec, run_compare
+from rlvr.compare.harness import run_compare
+from rlvr.compare.spec import Arm, CompareSpec
+from rlvr.compare.budget import Budget
 from rlvr.errors import ConfigError
 from rlvr.tasks.base import Problem
 from rlvr.testing import ToyTask
@@ -197,7 +200,7 @@ def test_curve_points_per_level_pass_at_k_and_claims_table(tmp_path, tiny):
 
 
 def test_curve_value_at_x():
-    from rlvr.compare.claims import at_x
+    from rlvr.compare.claim_values import at_x
 
     curve = [{"step": 8, "eval/pass@1": 0.2}, {"step": 9, "reward/mean": 1.0}, {"step": 16, "eval/pass@1": 0.4}]
     assert at_x(curve, "eval/pass@1", "step", 12) == pytest.approx(0.3)

@@ -8,7 +8,10 @@ import time
 import pytest
 
 from rlvr.testing import ToyTask
-from rlvr.compare.harness import Arm, Budget, BudgetExhausted, BudgetMeter, CompareSpec, curve_summary, run_compare
+from rlvr.compare.harness import run_compare
+from rlvr.compare.spec import Arm, CompareSpec
+from rlvr.compare.budget import Budget, BudgetExhausted, BudgetMeter
+from rlvr.compare.curves import curve_summary
 from rlvr.compare.report import mean_spread
 from rlvr.errors import ConfigError
 
@@ -230,7 +233,7 @@ def test_meter_counts_generated_sequences_not_second_views():
 
 
 def test_curve_values_fall_back_to_per_phase_metrics():
-    from rlvr.compare.harness import curve_values
+    from rlvr.compare.curves import curve_values
 
     m = {"reward/mean": 0.5, "epa/actor/entropy": 1.0, "ecc/actor/entropy": 2.0, "epa/actor/grad_norm": float("nan"),
          "actor/clip_ratio/region": 0.1, "epa/actor/clip_ratio/region": 9.0}
@@ -245,7 +248,7 @@ def test_curve_values_take_the_primary_phase_and_keep_the_others():
     phase the bare keys (and so the run summary) come from EPA only, ECC's values stay under ``ecc/``.
     Averaged, the FAP-context entropy inflated the summary entropy and ECC's zero gradient halved the
     grad norm (docs/results/replication.md §1.4)."""
-    from rlvr.compare.harness import curve_values
+    from rlvr.compare.curves import curve_values
 
     epa = {"reward/mean": 0.25, "epa/actor/entropy": 0.4, "epa/actor/grad_norm": 1.2}
     ecc = {"ecc/actor/entropy": 1.1, "ecc/actor/grad_norm": 0.0}

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from rlvr.compare.harness import Arm, Budget, CompareSpec, run_compare
+from rlvr.compare.harness import run_compare
+from rlvr.compare.spec import Arm, CompareSpec
+from rlvr.compare.budget import Budget
 from rlvr.compare.pieces import Deadline, PieceState
 from rlvr.testing import ToyTask
 

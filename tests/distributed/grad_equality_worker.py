@@ -15,7 +15,8 @@ from rlvr.core.aggregation import LOSS_AGG_MODES
 from rlvr.core.objective import LossSettings
 from rlvr.distributed import DataParallel, init_distributed
 from rlvr.distributed.fsdp import shard_policy
-from rlvr.models import build_tiny_model, enable_gradient_checkpointing
+from rlvr.models import enable_gradient_checkpointing
+from rlvr.tiny_model import build_tiny_model
 from rlvr.trainer.update import policy_update
 from rlvr.types import RolloutBatch
 

@@ -27,7 +27,8 @@ from rlvr.core.objective import LossSettings
 from rlvr.distributed import DataParallel, init_distributed
 from rlvr.distributed.fsdp import shard_policy
 from rlvr.lora import apply_lora, merged_state_dict, reference_policy
-from rlvr.models import build_tiny_model, enable_gradient_checkpointing
+from rlvr.models import enable_gradient_checkpointing
+from rlvr.tiny_model import build_tiny_model
 from rlvr.trainer.update import policy_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

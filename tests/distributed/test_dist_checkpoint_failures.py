@@ -12,7 +12,7 @@ import hashlib
 import pytest
 
 from rlvr.testing import ToyTask, small_config
-from rlvr.trainer.checkpoint import CheckpointWriteError
+from rlvr.trainer.checkpoint_state import CheckpointWriteError
 from rlvr.trainer.run_dir import checkpoint_problems
 
 from fault_injection import fail_staging_rename

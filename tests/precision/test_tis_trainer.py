@@ -11,7 +11,8 @@ from rlvr.config import build_config
 from rlvr.errors import ConfigError
 from rlvr.testing import small_config
 from rlvr.trainer.forward import batch_logprobs
-from rlvr.trainer.trainer import Trainer, loss_settings
+from rlvr.trainer.trainer import Trainer
+from rlvr.trainer.setup import loss_settings
 from rlvr.trainer.update import policy_update
 
 

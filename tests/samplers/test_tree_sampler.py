@@ -206,7 +206,7 @@ def test_extracted_rows_are_concatenated_spans_with_step_advantages_and_weights(
 def test_batch_reports_decoded_tokens_once_for_the_budget_meter():
     """Leaf rows repeat shared prefixes: the batch says how many tokens were really decoded, and
     rlvr compare's meter charges that (not the sum of the rows' masks, which counts prefixes per leaf)."""
-    from rlvr.compare.harness import generated_counts
+    from rlvr.compare.budget import generated_counts
 
     s = make_sampler(EqualCostEngine(5, 40), cap=40, budget=12 * 40, branch_score="random", branches_per_round=2,
                      seed=1, scorer=CoinScorer(1))

@@ -56,7 +56,7 @@ def test_build_with_reward_fn(tmp_path, monkeypatch):
         (dict(name="chain_sum", config={"max_term": 2}), r"task\.config\.max_term"),
         (dict(train_size=20000), "overlap"),
         (dict(type="jsonl", path="/nonexistent/x.jsonl"), r"task\.path.*not found"),
-        (dict(reward_fn="rlvr_no_such_mod_abc:f"), "cannot import"),
+        (dict(reward_fn="rlvr_no_such_mod_abc:f"), "failed to import: ModuleNotFoundError"),
     ],
 )
 def test_validate_task_config_errors(kwargs, pattern):

@@ -111,7 +111,7 @@ def test_load_reward_fn(module_dir):
     "spec,pattern",
     [
         ("no_colon_here", "module:function"),
-        ("rlvr_no_such_module_xyz:f", "cannot import module 'rlvr_no_such_module_xyz'"),
+        ("rlvr_no_such_module_xyz:f", "failed to import: ModuleNotFoundError: No module named 'rlvr_no_such_module_xyz'"),
         ("rlvr_test_rewards_mod:lenght_reward", "no attribute 'lenght_reward'.*length_reward"),
         ("rlvr_test_rewards_mod:NOT_CALLABLE", "not a callable"),
         ("rlvr_test_broken_mod:f", "RuntimeError: kaput"),

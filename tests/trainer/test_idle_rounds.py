@@ -132,7 +132,7 @@ def test_cli_exits_3_with_the_message(tmp_path, tiny, monkeypatch, capsys):
     from rlvr import cli
 
     factory, tok = tiny
-    monkeypatch.setattr(rlvr.models, "load_policy", lambda cfg: (factory(0), tok))
+    monkeypatch.setattr(rlvr.models, "load_policy", lambda cfg, **k: (factory(0), tok))  # k: the run's precision
     data = tmp_path / "d.jsonl"  # answers a random tiny model never produces
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": f"#### {987654321 + i}"}) + "\n"
                             for i in range(8)))

@@ -129,7 +129,7 @@ def test_disk_full_while_saving_names_the_file_and_leaves_nothing_half_written(t
     import errno
 
     import rlvr.trainer.checkpoint as ckpt_mod
-    from rlvr.trainer.checkpoint import CheckpointWriteError
+    from rlvr.trainer.checkpoint_state import CheckpointWriteError
 
     tr = _trainer(tmp_path, tiny, "max_steps=1")
 
@@ -149,7 +149,7 @@ def test_disk_full_as_the_writers_really_report_it_is_a_named_checkpoint_error(t
     import rlvr.trainer.checkpoint as ckpt_mod
     from safetensors import SafetensorError
 
-    from rlvr.trainer.checkpoint import CheckpointWriteError
+    from rlvr.trainer.checkpoint_state import CheckpointWriteError
 
     tr = _trainer(tmp_path, tiny, "max_steps=1")
     if where == "safetensors":

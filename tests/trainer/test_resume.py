@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.trainer.checkpoint import STATE_FILE, data_fingerprint, latest_checkpoint, load_checkpoint
+from rlvr.trainer.checkpoint import latest_checkpoint, load_checkpoint
+from rlvr.trainer.checkpoint_state import STATE_FILE, data_fingerprint
 from rlvr.trainer.trainer import Trainer
 
 

@@ -173,7 +173,7 @@ def test_export_removes_a_killed_exports_staging_folder(tmp_path, monkeypatch):
 
 def test_a_failed_rename_while_replacing_a_checkpoint_puts_the_old_one_back(tmp_path, tiny, monkeypatch):
     import rlvr.trainer.checkpoint_state as cs
-    from rlvr.trainer.checkpoint import CheckpointWriteError
+    from rlvr.trainer.checkpoint_state import CheckpointWriteError
 
     tr = _trainer(tmp_path, tiny, "max_steps=1")
     ck = tr.save(tmp_path / "checkpoint-1")

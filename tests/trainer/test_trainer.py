@@ -10,7 +10,8 @@ import torch
 from rlvr.testing import small_config
 from rlvr.trainer.forward import build_inputs, completion_logprobs
 from rlvr.trainer.trainer import Trainer
-from rlvr.trainer.update import micro_batches, policy_update
+from rlvr.trainer.update import policy_update
+from rlvr.trainer.forward import micro_batches
 
 
 def make_trainer(tmp_path, tiny, task, *overrides, seed=0):

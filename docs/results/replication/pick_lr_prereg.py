@@ -42,7 +42,7 @@ def write_tuning() -> None:
 
 
 def write_tuned() -> None:
-    from rlvr.compare.claims import seed_values
+    from rlvr.compare.claim_values import seed_values
     from rlvr.compare.stats_rules import largest_stable_rate
 
     for p in PAPERS:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.compare.harness import CURVE_KEYS, curve_values
+from rlvr.compare.curves import CURVE_KEYS, curve_values
 from rlvr.config import RLConfig
 from rlvr.schedules import SCHEDULES
 

@@ -12,17 +12,22 @@ REWARD_FAILURE_LIMIT = 0.5
 EXIT_IDLE = 3  # max_idle_rounds generation rounds without an update (a checkpoint was written)
 
 
-def _load_config(args: argparse.Namespace):
+def _load_config(args: argparse.Namespace, *, training: bool = False):
     """The run's config from ``--config`` files and ``key=value`` overrides, with the parts and the task
     checked (no model loaded). A ``--resume key=value`` is taken as an override and ``--resume auto``.
 
+    ``training=True`` (``rlvr train``) checks the parts with the config half of
+    :func:`~rlvr.trainer.components.validate_run` (also the trackers); the caller runs the task's half
+    once the task is built and then builds the trainer with ``validated=True``.
+
     Raises:
-        ConfigError: an unknown key, a bad value, parts that cannot work together, a bad task config.
+        ConfigError: an unknown key, a bad value, parts that cannot work together, a missing tracker
+            package (``training``), a bad task config.
     """
     import rlvr.testbed  # noqa: F401 (registers the testbed's model source and task type)
     from rlvr.config import build_config
     from rlvr.tasks import validate_task_config
-    from rlvr.trainer.components import validate_components
+    from rlvr.trainer.components import validate_components, validate_run
 
     resume = getattr(args, "resume", None)
     if resume and "=" in resume and not Path(resume).exists():  # `--resume key=value`: an override, not a path
@@ -32,7 +37,10 @@ def _load_config(args: argparse.Namespace):
 
     check_environment()  # a bad RLVR_CPU_BF16 is a configuration error now, not a traceback after the model loads
     cfg = build_config(args.config, args.overrides, plugins=getattr(args, "plugins", ()))
-    validate_components(cfg)
+    if training:
+        validate_run(cfg)  # the parts and the trackers; the task's check follows once it is built
+    else:
+        validate_components(cfg)
     validate_task_config(cfg.task)
     return cfg
 

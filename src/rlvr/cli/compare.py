@@ -16,7 +16,8 @@ def _compare_spec(args: argparse.Namespace):
     Raises:
         ConfigError: no such spec file, a malformed spec (any bad value, named), no arm, no budget.
     """
-    from rlvr.compare.harness import Arm, Budget, CompareSpec
+    from rlvr.compare.spec import Arm, CompareSpec
+    from rlvr.compare.budget import Budget
     from rlvr.config import safe_load_unique
 
     where = f"--spec {args.spec}" if args.spec else "rlvr compare"

@@ -67,9 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     written after all, the results are printed whole to stdout instead (exit 1), so they are not lost.
     """
     cfg = _load_config(args)
-    from rlvr.eval.evaluate import evaluate
-    from rlvr.eval.report import SamplesWriter, resolve_models, summary_row, write_report
-    from rlvr.models import load_policy
+    from rlvr.eval.report import SamplesWriter, resolve_models, summary_row
     from rlvr.tasks import build_task
 
     path = _check_eval_output(args, cfg)
@@ -77,7 +75,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     n_eval = len(task.problems("eval"))
     if args.offset >= n_eval:
         raise ConfigError(f"--offset {args.offset}: the eval split has only {plural(n_eval, 'problem')}")
-    from rlvr.engines.factory import build_engine, check_engine_config
+    from rlvr.engines.factory import check_engine_config
 
     check_engine_config(cfg)
     specs = resolve_models(args.checkpoint)
@@ -104,39 +102,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows, results = [], []
     try:
         for spec in specs:
-            if spec.path is not None:
-                from rlvr.lora import load_checkpoint_policy
-
-                model_cfg = cfg.model.model_copy(update={"dtype": dtypes[spec.label]})  # the run's, under auto
-                model, tokenizer = load_checkpoint_policy(model_cfg, spec.path)  # a model folder or a LoRA adapter
-            else:
-                model, tokenizer = load_policy(cfg.model)
+            model, tokenizer = _load_eval_model(cfg, spec, dtypes)
             writer.model = spec.label
-            engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
-            episodes = _episode_sampler_factory(cfg, tokenizer)
-            try:
-                result = evaluate(
-                    model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
-                    top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
-                    max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
-                    prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit, offset=args.offset,
-                    progress=cfg.logging.progress, label=spec.label, on_problem=writer, engine=engine,
-                    make_sampler=episodes,
-                )
-            finally:
-                if engine is not None:
-                    engine.close()
+            result = _evaluate_model(cfg, args, task, model, tokenizer, spec.label, writer, n_draw)
             result["model"] = spec.path or cfg.model.name_or_path
             del model
             rows.append(summary_row(result, spec))
             results.append(result)
-            try:
-                write_report(rows, json_path, md_path, single=results[0] if len(specs) == 1 else None)
-            except OSError as exc:
-                lost = {**results[0], "rows": rows} if len(specs) == 1 else {"rows": rows, "results": results}
-                print(json.dumps(lost, indent=2, default=str))
-                print(f"rlvr: could not write {json_path} ({exc.strerror or exc}); the full results are printed "
-                      "above", file=sys.stderr)
+            if not _write_or_print(rows, results, len(specs), json_path, md_path):
                 return EXIT_RUNTIME
             r = rows[-1]
             shown = ", ".join(f"{m}={r[m]:.4f} [{r[f'ci95/{m}'][0]:.3f}, {r[f'ci95/{m}'][1]:.3f}]"
@@ -152,6 +125,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(md_path.read_text())
     print(f"rlvr: wrote {json_path}, {md_path} and {samples_path}", file=sys.stderr)
     return 0
+
+
+def _load_eval_model(cfg, spec, dtypes: dict[str, str]):
+    """``(model, tokenizer)`` of one model ``rlvr eval`` evaluates: a checkpoint (a model folder or a LoRA
+    adapter) at its run's precision under ``model.dtype=auto`` (``dtypes``), else the config's model."""
+    if spec.path is not None:
+        from rlvr.lora import load_checkpoint_policy
+
+        model_cfg = cfg.model.model_copy(update={"dtype": dtypes[spec.label]})  # the run's, under auto
+        return load_checkpoint_policy(model_cfg, spec.path)  # a model folder or a LoRA adapter
+    from rlvr.models import load_policy
+
+    return load_policy(cfg.model)
+
+
+def _evaluate_model(cfg, args: argparse.Namespace, task, model, tokenizer, label: str, writer, n_draw: int) -> dict:
+    """:func:`rlvr.eval.evaluate.evaluate` of one model with the config's ``eval:`` settings (the samples
+    streamed to ``writer``), on a vLLM server it starts and stops under ``engine=vllm``."""
+    from rlvr.engines.factory import build_engine
+    from rlvr.eval.evaluate import evaluate
+
+    e = cfg.eval
+    engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
+    episodes = _episode_sampler_factory(cfg, tokenizer)
+    try:
+        return evaluate(
+            model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,
+            top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
+            max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
+            prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit, offset=args.offset,
+            progress=cfg.logging.progress, label=label, on_problem=writer, engine=engine,
+            make_sampler=episodes,
+        )
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _write_or_print(rows: list, results: list, n_models: int, json_path: Path, md_path: Path) -> bool:
+    """Write the report of the models evaluated so far; when it cannot be written, print the results whole
+    to stdout (so they are not lost) and say so on stderr: False then."""
+    from rlvr.eval.report import write_report
+
+    try:
+        write_report(rows, json_path, md_path, single=results[0] if n_models == 1 else None)
+    except OSError as exc:
+        lost = {**results[0], "rows": rows} if n_models == 1 else {"rows": rows, "results": results}
+        print(json.dumps(lost, indent=2, default=str))
+        print(f"rlvr: could not write {json_path} ({exc.strerror or exc}); the full results are printed "
+              "above", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_eval_merge(args: argparse.Namespace) -> int:

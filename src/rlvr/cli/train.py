@@ -28,7 +28,8 @@ def _resume_target(cfg, mode: str):
             every ``checkpoint-N`` of ``auto``/``force`` is, the checkpoint holds a LoRA adapter for a
             full-model run or the reverse, or the config or data changed (every difference is named, old -> new).
     """
-    from rlvr.trainer.checkpoint import STATE_FILE, resume_differences
+    from rlvr.trainer.checkpoint import resume_differences
+    from rlvr.trainer.checkpoint_state import STATE_FILE
     from rlvr.trainer.run_dir import checkpoint_problems, find_resumable, refuse_restart_of_finished_run
 
     out = Path(cfg.logging.output_dir)
@@ -142,10 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     Returns 1 when more than :data:`REWARD_FAILURE_LIMIT` of the run's reward calls failed.
     """
-    cfg = _load_config(args)
-    from rlvr.loggers import check_report_to
-
-    check_report_to(cfg.logging.sinks)  # a missing wandb/mlflow package: exit 2 before any model loads
+    cfg = _load_config(args, training=True)  # parts and trackers (a missing wandb/mlflow package): exit 2 now
     if args.overwrite and args.resume:  # before _resume_target, which would report on the folder first
         from rlvr.errors import OutputDirError
 
@@ -195,7 +193,7 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
         from rlvr.errors import DataError
 
         raise DataError(f"task {cfg.task.type}: no training problems (task.train_size={cfg.task.train_size})")
-    check_filter_metric(cfg, task)
+    check_filter_metric(cfg, task)  # the task's half of validate_run (its config half ran in _load_config)
     check_engine_config(cfg)
     from rlvr.models import check_model_path
 
@@ -212,7 +210,7 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return _train(cfg, local_cfg, ckpt, env, task, args)
+        return _train(cfg, local_cfg, ckpt, env, task, args, validated=True)
     except BaseException:
         if fresh:
             from rlvr.trainer.run_dir import forget_failed_start
@@ -223,10 +221,11 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
         shutdown()
 
 
-def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None) -> int:
+def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = None, *, validated: bool = False) -> int:
     """Load the model, build this rank's trainer over ``task`` (built and checked by :func:`cmd_train`),
     resume, train (one process or one rank of a ``torchrun`` job; only rank 0 writes the output dir and
-    prints)."""
+    prints). ``validated``: :func:`cmd_train` already ran :func:`~rlvr.trainer.components.validate_run`
+    on ``cfg`` and ``task`` (the trainer then does not run it again)."""
     from rlvr.distributed import DataParallel
     from rlvr.distributed.setup import use_fsdp
     from rlvr.models import load_policy
@@ -234,8 +233,13 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
+    from rlvr.precision import resolve_precision
+
     main_rank = env.rank == 0
-    model, tokenizer = load_policy(local_cfg.model)  # at the run's recorded precision on --resume
+    # model.dtype resolved once for the run's device (at the run's recorded precision on --resume): the
+    # load, the sharding, the trainer's forwards and the engine all use this policy
+    precision = resolve_precision(local_cfg.model.dtype, env.device)
+    model, tokenizer = load_policy(local_cfg.model, precision=precision)
     out = Path(cfg.logging.output_dir)
     dp = None
     if env.distributed:
@@ -248,7 +252,8 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
                   f"per rank per round", file=sys.stderr)
     else:
         model.to(env.device)
-    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg)
+    trainer = Trainer(local_cfg, model, tokenizer, task, dp=dp, run_config=cfg, precision=precision,
+                      validated=validated)
     try:
         resume = getattr(args, "resume", None)
         if ckpt is not None:

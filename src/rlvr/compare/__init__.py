@@ -4,7 +4,9 @@
 renders the Markdown table and PNG curves. See ``docs/testbed.md``.
 """
 
-from rlvr.compare.harness import Arm, Budget, BudgetExhausted, BudgetMeter, CompareSpec, run_compare, run_one
+from rlvr.compare.harness import run_compare, run_one
+from rlvr.compare.spec import Arm, CompareSpec
+from rlvr.compare.budget import Budget, BudgetExhausted, BudgetMeter
 from rlvr.compare.report import write_report
 
 __all__ = ["Arm", "Budget", "BudgetExhausted", "BudgetMeter", "CompareSpec", "run_compare", "run_one", "write_report"]

@@ -61,16 +61,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr.compare import stats_rules as sr
-from rlvr.compare.claim_values import (  # noqa: F401 (re-exported: the claims API reads values through them)
-    METRICS,
-    T975,
-    arm_values,
-    at_x,
-    metric_value,
-    run_metric,
-    seed_values,
-    t_interval,
-)
+from rlvr.compare.claim_values import seed_values
 from rlvr.errors import ConfigError
 
 # ------------------------------------------------------------------------------------------ claims

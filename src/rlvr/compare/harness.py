@@ -15,7 +15,7 @@ This module runs the arms (:func:`run_compare`, :func:`run_one`, the untrained b
 writes their result files. What a comparison is lives in :mod:`rlvr.compare.spec`, the equal budget
 (what counts as generated, the sampler wrapper that enforces it) in :mod:`rlvr.compare.budget`, the
 per-step curve and its summary in :mod:`rlvr.compare.curves`, the held-out evaluation in
-:mod:`rlvr.compare.heldout`; their public names are re-exported here.
+:mod:`rlvr.compare.heldout`.
 
 Source: interpretation of issue 8 (no paper).
 """
@@ -30,14 +30,13 @@ from typing import Any, Callable
 
 import yaml
 
-from rlvr.compare.budget import Budget, BudgetExhausted, BudgetKind, BudgetMeter, generated_counts  # noqa: F401 (re-exported)
-from rlvr.compare.curves import CURVE_KEYS, curve_summary, curve_values  # noqa: F401 (re-exported)
+from rlvr.compare.budget import Budget, BudgetExhausted, BudgetMeter
+from rlvr.compare.curves import curve_summary, curve_values
 from rlvr.compare.heldout import _eval_keys, _held_out_eval
 from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReached
-from rlvr.compare.report import BASELINE, read_curve, write_report  # noqa: F401 (re-exported)
-from rlvr.compare.spec import Arm, CompareSpec, _check_name  # noqa: F401 (re-exported)
+from rlvr.compare.report import BASELINE, read_curve, write_report
+from rlvr.compare.spec import Arm, CompareSpec
 from rlvr.errors import ConfigError, IdleRunError
-from rlvr.eval.plot import read_jsonl_rows, smooth  # noqa: F401 (re-exported)
 from rlvr.staging import write_text_atomic
 from rlvr.text import plural
 
@@ -79,23 +78,10 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         TimeLimitReached: the ``deadline`` passed (the run is checkpointed, not finished).
     """
     from rlvr.trainer.checkpoint import load_checkpoint
-    from rlvr.trainer.lifecycle import RunInterrupted
-    from rlvr.trainer.logger import drop_rows_after
     from rlvr.trainer.trainer import Trainer
 
     run_dir = Path(spec.output_dir) / arm.name / f"seed{seed}"
-    cfg = spec.run_config(arm, seed, run_dir)
-    piece = PieceState.load(run_dir)
-    if piece is None:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # an unfinished run without a piece checkpoint: start it afresh
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    run_cfg = cfg
-    if piece is not None:  # a later piece continues at the precision the first one resolved
-        from rlvr.precision_record import config_at_recorded_precision
-
-        cfg = config_at_recorded_precision(cfg, piece.checkpoint, context=f"compare {arm.name} seed {seed}")
+    cfg, run_cfg, piece = _open_run(spec, arm, seed, run_dir)
     model, tok, task = _load_model_and_task(cfg, model_factory, task_factory)
     trainer = Trainer(cfg, model, tok, task, run_config=run_cfg)
     if piece is not None:
@@ -109,74 +95,134 @@ def run_one(spec: CompareSpec, arm: Arm, seed: int, *, model_factory: Callable[[
         meter._last_step = piece.step
     trainer.sampler = meter
     trainer.progress_total = _progress_total(spec.budget, cfg, trainer)
-    curve_path = run_dir / "curve.jsonl"
     t0 = time.perf_counter() - (piece.wall_s if piece else 0.0)
-    if piece is not None:  # rows of a later piece that was killed before its checkpoint are redone
-        drop_rows_after(curve_path, piece.step)
-    curve_f = open(curve_path, "a" if piece else "w")
-    paused = [0.0]  # seconds spent in mid-run evaluations (left out of wall_s)
-    next_point = [piece.next_point if piece else 1]
+    curve = _CurveWriter(spec, cfg, meter, tok, task, run_dir / "curve.jsonl", piece, t0, deadline)
+    trainer.callbacks.append(curve.record)
+    try:
+        stop = _train_to_budget(trainer, meter, curve, piece, run_dir, f"{arm.name} seed {seed}", log)
+    finally:
+        curve.close()
+        trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)
+    wall = curve.wall_s()
+    log(f"compare: {arm.name} seed {seed}: {plural(trainer.global_step, 'step')}, {plural(meter.rollouts, 'rollout')}, "
+        f"{plural(meter.tokens, 'token')}, {wall:.1f} s ({stop})")
+    ev = _eval_keys(_held_out_eval(spec, cfg, trainer.model, tok, task), task)
+    if spec.eval_curve_points > 1:  # the final evaluation closes the held-out learning curve
+        with open(curve.path, "a") as f:
+            f.write(json.dumps({"step": trainer.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
+                                "wall_s": round(wall, 3), **ev}) + "\n")
+    result = {
+        "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
+        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop, "precision": trainer.precision.mode,
+        **curve_summary(read_curve(run_dir)), **ev,
+    }
+    _atomic_json(run_dir / "result.json", result)
+    for done in [*run_dir.glob("checkpoint-*"), run_dir / PIECE_FILE]:  # the pieces' state is not needed now
+        shutil.rmtree(done, ignore_errors=True) if done.is_dir() else done.unlink(missing_ok=True)
+    return result
 
-    def spent() -> float:
-        b = spec.budget
+
+def _open_run(spec: CompareSpec, arm: Arm, seed: int, run_dir: Path) -> tuple[Any, Any, PieceState | None]:
+    """``(cfg, run_cfg, piece)`` of one arm × seed: the config it trains with (a later piece continues at
+    the precision its first one resolved), the run's own config (saved in checkpoints) and its piece
+    state (None: a fresh start, ``run_dir`` emptied and ``config.yaml`` written).
+
+    Raises:
+        ConfigError: the arm's config is invalid. DataError: a damaged precision record.
+    """
+    cfg = spec.run_config(arm, seed, run_dir)
+    piece = PieceState.load(run_dir)
+    if piece is None:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run without a piece checkpoint: start it afresh
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    run_cfg = cfg
+    if piece is not None:  # a later piece continues at the precision the first one resolved
+        from rlvr.precision_record import config_at_recorded_precision
+
+        cfg = config_at_recorded_precision(cfg, piece.checkpoint, context=f"compare {arm.name} seed {seed}")
+    return cfg, run_cfg, piece
+
+
+class _CurveWriter:
+    """The trainer callback of :func:`run_one`: one ``curve.jsonl`` row per optimizer step (step, rollouts,
+    tokens, wall seconds without the mid-run evaluations, the curve values), a held-out evaluation at each
+    of ``spec.eval_curve_points`` budget fractions, and a stop request at the step boundary after the
+    ``deadline``. A later piece appends (its rows after the checkpointed step dropped)."""
+
+    def __init__(self, spec: CompareSpec, cfg: Any, meter: BudgetMeter, tok: Any, task: Any, path: Path,
+                 piece: PieceState | None, t0: float, deadline: Deadline | None) -> None:
+        from rlvr.trainer.logger import drop_rows_after
+
+        self.spec, self.cfg, self.meter, self.tok, self.task, self.path = spec, cfg, meter, tok, task, path
+        self.t0, self.deadline = t0, deadline
+        if piece is not None:  # rows of a later piece that was killed before its checkpoint are redone
+            drop_rows_after(path, piece.step)
+        self.f = open(path, "a" if piece else "w")
+        self.paused = 0.0  # seconds spent in mid-run evaluations (left out of wall_s)
+        self.next_point = piece.next_point if piece else 1
+
+    def wall_s(self) -> float:
+        """Seconds of this run so far (all pieces), without the mid-run evaluations."""
+        return time.perf_counter() - self.t0 - self.paused
+
+    def spent(self, trainer: Any) -> float:
+        """The fraction of the budget used."""
+        b, meter = self.spec.budget, self.meter
         used = {"steps": trainer.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens}[b.kind]
         return used / b.amount
 
-    def record(tr: Any, m: dict[str, float]) -> None:
+    def record(self, tr: Any, m: dict[str, float]) -> None:
+        """The callback (``trainer.callbacks``): write the step's row."""
+        meter, spec = self.meter, self.spec
         row = {"step": tr.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
-               "wall_s": round(time.perf_counter() - t0 - paused[0], 3)}
+               "wall_s": round(time.perf_counter() - self.t0 - self.paused, 3)}
         row.update(curve_values(m, getattr(tr.schedule, "primary_phase", None)))
         n = spec.eval_curve_points
-        if n > 1 and next_point[0] < n and spent() >= next_point[0] / n:
-            while next_point[0] < n and spent() >= next_point[0] / n:
-                next_point[0] += 1
+        if n > 1 and self.next_point < n and self.spent(tr) >= self.next_point / n:
+            while self.next_point < n and self.spent(tr) >= self.next_point / n:
+                self.next_point += 1
             te, was_training = time.perf_counter(), tr.model.training
-            row.update(_eval_keys(_held_out_eval(spec, cfg, tr.model, tok, task), task))
+            row.update(_eval_keys(_held_out_eval(spec, self.cfg, tr.model, self.tok, self.task), self.task))
             tr.model.train(was_training)
-            paused[0] += time.perf_counter() - te
-        curve_f.write(json.dumps(row) + "\n")
-        curve_f.flush()
-        if deadline is not None and deadline.passed():
+            self.paused += time.perf_counter() - te
+        self.f.write(json.dumps(row) + "\n")
+        self.f.flush()
+        if self.deadline is not None and self.deadline.passed():
             tr.request_stop()  # checkpoint at this step boundary (the trainer's SIGTERM path)
 
-    trainer.callbacks.append(record)
-    stop = "max_steps"
+    def close(self) -> None:
+        """Close the curve file."""
+        self.f.close()
+
+
+def _train_to_budget(trainer: Any, meter: BudgetMeter, curve: _CurveWriter, piece: PieceState | None, run_dir: Path,
+                     label: str, log: Callable[[str], None]) -> str:
+    """Train until ``max_steps``, the budget or a stall, and say which (the ``stop`` of ``result.json``).
+
+    Raises:
+        TimeLimitReached: the deadline stopped the run (its checkpoint and ``piece.json`` were written).
+        RunInterrupted: a real SIGINT/SIGTERM.
+    """
+    from rlvr.trainer.lifecycle import RunInterrupted
+
     try:
         trainer.train()
     except RunInterrupted as exc:
         if trainer._stop_asked is None or exc.checkpoint is None:
             raise  # a real SIGINT/SIGTERM: the comparison stops as before
         PieceState(checkpoint=str(exc.checkpoint), step=trainer.global_step, rollouts=meter.rollouts,
-                   tokens=meter.tokens, idle_draws=meter._idle, wall_s=round(time.perf_counter() - t0 - paused[0], 3),
-                   next_point=next_point[0], pieces=(piece.pieces if piece else 0) + 1).save(run_dir)
-        log(f"compare: {arm.name} seed {seed}: time limit reached at step {trainer.global_step} "
+                   tokens=meter.tokens, idle_draws=meter._idle, wall_s=round(curve.wall_s(), 3),
+                   next_point=curve.next_point, pieces=(piece.pieces if piece else 0) + 1).save(run_dir)
+        log(f"compare: {label}: time limit reached at step {trainer.global_step} "
             f"({meter.rollouts} rollouts); checkpoint {exc.checkpoint}; run the comparison again to continue")
-        raise TimeLimitReached(f"{arm.name} seed {seed}") from None
+        raise TimeLimitReached(label) from None
     except BudgetExhausted as exc:
-        stop = f"budget: {exc}"
+        return f"budget: {exc}"
     except IdleRunError:  # the trainer's own guard (max_idle_rounds): a stalled arm, not a failed one
-        stop = f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
-    finally:
-        curve_f.close()
-        trainer.close()  # a vLLM server the run started must not outlive it (one per arm x seed)
-    wall = time.perf_counter() - t0 - paused[0]
-    log(f"compare: {arm.name} seed {seed}: {plural(trainer.global_step, 'step')}, {plural(meter.rollouts, 'rollout')}, "
-        f"{plural(meter.tokens, 'token')}, {wall:.1f} s ({stop})")
-    ev = _eval_keys(_held_out_eval(spec, cfg, trainer.model, tok, task), task)
-    if spec.eval_curve_points > 1:  # the final evaluation closes the held-out learning curve
-        with open(curve_path, "a") as f:
-            f.write(json.dumps({"step": trainer.global_step, "rollouts": meter.rollouts, "tokens": meter.tokens,
-                                "wall_s": round(wall, 3), **ev}) + "\n")
-    curve = read_curve(run_dir)
-    result = {
-        "arm": arm.name, "seed": seed, "steps": trainer.global_step, "rollouts": meter.rollouts,
-        "tokens": meter.tokens, "wall_s": round(wall, 2), "stop": stop, "precision": trainer.precision.mode,
-        **curve_summary(curve), **ev,
-    }
-    _atomic_json(run_dir / "result.json", result)
-    for done in [*run_dir.glob("checkpoint-*"), run_dir / PIECE_FILE]:  # the pieces' state is not needed now
-        shutil.rmtree(done, ignore_errors=True) if done.is_dir() else done.unlink(missing_ok=True)
-    return result
+        return f"stalled: no trainable group in {trainer.idle.rounds} generation rounds (max_idle_rounds)"
+    return "max_steps"
 
 
 def _run_in_worker(spec: CompareSpec, arm: Arm, seed: int, threads: int) -> dict[str, Any] | None:
@@ -272,44 +318,13 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
         for seed in spec.seeds:
             spec.run_config(arm, seed, out / arm.name / f"seed{seed}")
     out.mkdir(parents=True, exist_ok=True)
-    saved = out / "compare.yaml"
-    now = spec.to_dict()
-    if saved.exists():
-        old = yaml.safe_load(saved.read_text()) or {}
-        keep = ("budget", "base_configs", "common_configs", "common", "eval", "max_steps_cap")
-
-        def same(k: str) -> bool:  # adding the baseline evaluation later keeps finished runs comparable
-            a, b = old.get(k), now.get(k)
-            if k == "eval" and isinstance(a, dict) and isinstance(b, dict):
-                a, b = {**a, "baseline": None}, {**b, "baseline": None}
-            return a == b
-
-        diff = [k for k in keep if not same(k)]
-        old_arms = {a["name"]: a for a in old.get("arms", [])}
-        diff += [f"arm {a['name']}" for a in now["arms"] if a["name"] in old_arms and old_arms[a["name"]] != a]
-        if diff:
-            raise ConfigError(f"{saved} was written for a different comparison ({', '.join(diff)}); "
-                              "use another output_dir or delete it")
-        merged = dict(now)
-        merged["arms"] = list(old_arms.values()) + [a for a in now["arms"] if a["name"] not in old_arms]
-        merged["seeds"] = sorted(set(old.get("seeds", [])) | set(spec.seeds))
-        now = merged
-    saved.write_text(yaml.safe_dump(now, sort_keys=False))
+    _write_spec(spec, out / "compare.yaml")
     if jobs > 1 and (model_factory is not None or task_factory is not None):
         raise ValueError("run_compare: jobs > 1 loads models in worker processes; factories are not supported")
     if jobs > 1 and stop_after_s is not None:
         raise ValueError("run_compare: stop_after_s needs jobs=1 (one run at a time is checkpointed)")
     deadline = Deadline(stop_after_s)
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-    todo = []
-    for arm in spec.arms:
-        for seed in spec.seeds:
-            res_path = out / arm.name / f"seed{seed}" / "result.json"
-            if res_path.exists():
-                log(f"compare: {arm.name} seed {seed}: finished earlier, skipped")
-                results[(arm.name, seed)] = json.loads(res_path.read_text())
-            else:
-                todo.append((arm, seed))
+    results, todo = _finished_and_todo(spec, out, log)
     if jobs > 1 and len(todo) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -335,6 +350,54 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
                 log(f"compare: {BASELINE} seed {seed}: evaluating the untrained policy")
                 run_baseline(spec, seed, model_factory=model_factory, task_factory=task_factory)
     if report:
-
         write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]
+
+
+def _write_spec(spec: CompareSpec, saved: Path) -> None:
+    """Write ``compare.yaml``: ``spec``, merged with the one saved there earlier (its arms and seeds
+    kept, new ones added; adding the baseline evaluation later keeps finished runs comparable).
+
+    Raises:
+        ConfigError: the saved comparison differs from ``spec`` in its budget, configs, common
+            overrides, evaluation, step cap or the settings of an arm both have.
+    """
+    now = spec.to_dict()
+    if saved.exists():
+        old = yaml.safe_load(saved.read_text()) or {}
+        keep = ("budget", "base_configs", "common_configs", "common", "eval", "max_steps_cap")
+
+        def same(k: str) -> bool:  # adding the baseline evaluation later keeps finished runs comparable
+            a, b = old.get(k), now.get(k)
+            if k == "eval" and isinstance(a, dict) and isinstance(b, dict):
+                a, b = {**a, "baseline": None}, {**b, "baseline": None}
+            return a == b
+
+        diff = [k for k in keep if not same(k)]
+        old_arms = {a["name"]: a for a in old.get("arms", [])}
+        diff += [f"arm {a['name']}" for a in now["arms"] if a["name"] in old_arms and old_arms[a["name"]] != a]
+        if diff:
+            raise ConfigError(f"{saved} was written for a different comparison ({', '.join(diff)}); "
+                              "use another output_dir or delete it")
+        merged = dict(now)
+        merged["arms"] = list(old_arms.values()) + [a for a in now["arms"] if a["name"] not in old_arms]
+        merged["seeds"] = sorted(set(old.get("seeds", [])) | set(spec.seeds))
+        now = merged
+    saved.write_text(yaml.safe_dump(now, sort_keys=False))
+
+
+def _finished_and_todo(spec: CompareSpec, out: Path, log: Callable[[str], None],
+                       ) -> tuple[dict[tuple[str, int], dict[str, Any] | None], list[tuple[Arm, int]]]:
+    """``(results, todo)``: the results of the runs finished earlier (``result.json`` read) by
+    ``(arm, seed)``, and the arm × seed pairs still to run, in arm × seed order."""
+    results: dict[tuple[str, int], dict[str, Any] | None] = {}
+    todo = []
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            res_path = out / arm.name / f"seed{seed}" / "result.json"
+            if res_path.exists():
+                log(f"compare: {arm.name} seed {seed}: finished earlier, skipped")
+                results[(arm.name, seed)] = json.loads(res_path.read_text())
+            else:
+                todo.append((arm, seed))
+    return results, todo

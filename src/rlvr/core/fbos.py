@@ -255,32 +255,49 @@ def epa_policy_loss(
     if is_offpolicy is None:
         info["offpolicy_weight"] = zeros
         return loss, info
-    off = torch.as_tensor(is_offpolicy, device=logp.device)
-    if off.dim() == 1:
-        off = off[:, None]
-    if off.dim() != 2 or off.shape[0] != logp.shape[0] or off.shape[1] not in (1, logp.shape[1]):
-        raise ValueError(f"{fn}: is_offpolicy must be [N] or [N, T] with N, T = {tuple(logp.shape)}, got {tuple(off.shape)}")
-    off = off.expand_as(logp) != 0  # [N, T] bool
+    off = _offpolicy_tokens(is_offpolicy, logp, fn)
     if offpolicy_weight_kind == "plain":
         w = offpolicy_weight(logp.detach(), "plain", old_logp=None if old_logp is None else old_logp.detach())
         info["offpolicy_weight"] = torch.where(off, w, zeros)
         return loss, info
-    if offpolicy_weight_kind == "shaping":
-        off_loss = shaped_offpolicy(logp, advantages, gamma)
-        w = shaped_weight(logp.detach(), gamma)
-    else:
-        if behaviour_logp is None:
-            if bool(off.any()):
-                raise ValueError(f"{fn}: offpolicy_weight_kind=trunc_is needs behaviour_logp (log π_old(o | c))")
-            behaviour_logp = logp.detach()
-        off_loss = trunc_is_offpolicy(logp, behaviour_logp, advantages, cap)
-        w = trunc_is_weight(logp.detach(), behaviour_logp, cap)
+    off_loss, w = _offpolicy_term(offpolicy_weight_kind, logp, advantages, off, gamma, cap, behaviour_logp, fn)
     loss = torch.where(off, off_loss, loss)
     for k in ("clip_low", "clip_high", "clip_region", "clip_dual"):
         if k in info:
             info[k] = torch.where(off, zeros, info[k])
     info["offpolicy_weight"] = torch.where(off, w, zeros)
     return loss, info
+
+
+def _offpolicy_tokens(is_offpolicy: torch.Tensor, logp: torch.Tensor, fn: str) -> torch.Tensor:
+    """``is_offpolicy`` (``[N]`` or ``[N, T]``, bool or 0/1) as an ``[N, T]`` bool mask of the off-policy tokens.
+
+    Raises:
+        ValueError: any other shape.
+    """
+    off = torch.as_tensor(is_offpolicy, device=logp.device)
+    if off.dim() == 1:
+        off = off[:, None]
+    if off.dim() != 2 or off.shape[0] != logp.shape[0] or off.shape[1] not in (1, logp.shape[1]):
+        raise ValueError(f"{fn}: is_offpolicy must be [N] or [N, T] with N, T = {tuple(logp.shape)}, got {tuple(off.shape)}")
+    return off.expand_as(logp) != 0  # [N, T] bool
+
+
+def _offpolicy_term(kind: str, logp: torch.Tensor, advantages: torch.Tensor, off: torch.Tensor, gamma: float,
+                    cap: float, behaviour_logp: torch.Tensor | None, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ℓ_off [N, T], w [N, T])`` of :func:`epa_policy_loss` for ``kind`` ``shaping`` (``−Â·p/(p+γ)``)
+    or ``trunc_is`` (``−Â·min(p/π_old(o|c), C)``), and the detached weight ``w`` each uses.
+
+    Raises:
+        ValueError: ``trunc_is`` with off-policy tokens (``off``) but no ``behaviour_logp``.
+    """
+    if kind == "shaping":
+        return shaped_offpolicy(logp, advantages, gamma), shaped_weight(logp.detach(), gamma)
+    if behaviour_logp is None:
+        if bool(off.any()):
+            raise ValueError(f"{fn}: offpolicy_weight_kind=trunc_is needs behaviour_logp (log π_old(o | c))")
+        behaviour_logp = logp.detach()
+    return trunc_is_offpolicy(logp, behaviour_logp, advantages, cap), trunc_is_weight(logp.detach(), behaviour_logp, cap)
 
 
 POLICY_LOSSES.register("fbos_epa")(epa_policy_loss)

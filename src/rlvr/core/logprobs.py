@@ -237,6 +237,25 @@ def selective_log_softmax_and_entropy(
     linear-cross-entropy kernels, e.g. Liger-Kernel) to keep backward memory bounded too.
     """
     fn = "selective_log_softmax_and_entropy"
+    _check_head_inputs(fn, hidden, weight, bias, target_ids, chunk_size)
+    dt = torch.promote_types(hidden.dtype, torch.float32)
+    inv_temp = _inverse_temperature(fn, temperature, hidden.shape[0], dt, hidden.device)
+    logp, ent = _ChunkedLMHeadLogProb.apply(
+        hidden, weight, bias, target_ids.long(), inv_temp.contiguous(), int(chunk_size), bool(with_entropy),
+        bool(entropy_grad), int(keep_bytes),
+    )
+    if not with_entropy:
+        return logp, None
+    return logp, (ent if entropy_grad else ent.detach())
+
+
+def _check_head_inputs(fn: str, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       target_ids: torch.Tensor, chunk_size: int) -> None:
+    """The shape, dtype and range checks of :func:`selective_log_softmax_and_entropy`.
+
+    Raises:
+        ValueError: see :func:`selective_log_softmax_and_entropy`.
+    """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(
             f"{fn}: need hidden [n, H] and weight [V, H], got {tuple(hidden.shape)} and {tuple(weight.shape)}"
@@ -253,9 +272,17 @@ def selective_log_softmax_and_entropy(
         raise ValueError(f"{fn}: target_ids must lie in [0, V={V}), got range [{lo}, {hi}]")
     if int(chunk_size) < 1:
         raise ValueError(f"{fn}: chunk_size must be >= 1, got {chunk_size}")
-    dt = torch.promote_types(hidden.dtype, torch.float32)
+
+
+def _inverse_temperature(fn: str, temperature: float | torch.Tensor, n: int, dt: torch.dtype,
+                         device: torch.device) -> torch.Tensor:
+    """``[n]`` ``1 / temperature`` in ``dt`` on ``device`` from a float or a 0-d / ``[n]`` tensor (detached).
+
+    Raises:
+        ValueError: a tensor of another shape, or a temperature that is not ``> 0`` (finite, for a float).
+    """
     if torch.is_tensor(temperature):
-        temp = temperature.detach().to(device=hidden.device, dtype=dt)
+        temp = temperature.detach().to(device=device, dtype=dt)
         if temp.dim() == 0:
             temp = temp.expand(n)
         if tuple(temp.shape) != (n,):
@@ -264,15 +291,7 @@ def selective_log_softmax_and_entropy(
             )
         if n and not bool((temp > 0).all()):
             raise ValueError(f"{fn}: temperatures must be > 0")
-        inv_temp = 1.0 / temp
-    else:
-        if not (temperature > 0 and math.isfinite(temperature)):
-            raise ValueError(f"{fn}: temperature must be > 0, got {temperature}")
-        inv_temp = torch.full((n,), 1.0 / float(temperature), dtype=dt, device=hidden.device)
-    logp, ent = _ChunkedLMHeadLogProb.apply(
-        hidden, weight, bias, target_ids.long(), inv_temp.contiguous(), int(chunk_size), bool(with_entropy),
-        bool(entropy_grad), int(keep_bytes),
-    )
-    if not with_entropy:
-        return logp, None
-    return logp, (ent if entropy_grad else ent.detach())
+        return 1.0 / temp
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"{fn}: temperature must be > 0, got {temperature}")
+    return torch.full((n,), 1.0 / float(temperature), dtype=dt, device=device)

@@ -229,6 +229,44 @@ def policy_objective(
     DeepSeek-V3.2 §3.1 rather than §7's ``sg(ρ)``, which biases k3), §8 (entropy
     bonus), §11 (metrics), §4 (``old_logp = sg(logp)`` when ``μ = 1``).
     """
+    W, M, old = _checked_inputs(logp, old_logp, weight, settings, ref_logp, entropy, extra_masks,
+                                completion_mask, rollout_logp)
+    pg_tok, info, is_changed = _policy_gradient_tokens(logp, old, advantages, M, settings, loss_kwargs, rollout_logp)
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        return aggregate(
+            x,
+            W,
+            settings.loss_agg_mode,
+            denominators,
+            seq_denominator=settings.seq_denominator,
+            loss_scale_factor=settings.loss_scale_factor,
+        )
+
+    zero = logp.new_zeros(())
+    loss_pg = agg(pg_tok)
+    kl_tok, loss_kl, loss_ent = _regularisers(logp, old, ref_logp, entropy, settings, agg, zero)
+    total = loss_pg + loss_kl + loss_ent
+    metrics = _objective_metrics(W > 0, info, logp, old, kl_tok, entropy, rollout_logp, is_changed, zero)
+    metrics["loss/policy"] = loss_pg.detach()
+    metrics["loss/kl"] = loss_kl.detach()
+    metrics["loss/entropy"] = loss_ent.detach()
+    metrics["loss/total"] = total.detach()
+    return total, metrics
+
+
+def _checked_inputs(
+    logp: torch.Tensor, old_logp: torch.Tensor | None, weight: torch.Tensor, settings: LossSettings,
+    ref_logp: torch.Tensor | None, entropy: torch.Tensor | None, extra_masks: Sequence[torch.Tensor | None],
+    completion_mask: torch.Tensor | None, rollout_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`policy_objective`'s argument checks, then ``(W, M, old)``: the loss weight ``[n, T]``
+    (``weight ⊙ Π extra_masks`` in ``logp``'s dtype), the mask ``[n, T]`` the sequence IS ratio averages
+    over, and the detached behaviour log-probs ``[n, T]`` (``sg(logp)`` when ``old_logp`` is None).
+
+    Raises:
+        ValueError: see :func:`policy_objective`.
+    """
     fn = "policy_objective"
     if logp.dim() != 2:
         raise ValueError(f"{fn}: logp must be [n, T], got shape {tuple(logp.shape)}")
@@ -248,7 +286,20 @@ def policy_objective(
         raise ValueError(f"{fn}: rollout_is_mode={settings.rollout_is_mode!r} needs rollout_logp (the engine's log-probs)")
     M = (weight != 0) if completion_mask is None else completion_mask
     old = logp.detach() if old_logp is None else old_logp.detach()
+    return W, M, old
 
+
+def _policy_gradient_tokens(
+    logp: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, M: torch.Tensor, settings: LossSettings,
+    loss_kwargs: Mapping[str, Any] | None, rollout_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+    """``(pg_tok, info, is_changed)``: the registered policy loss ``[n, T]`` of ``settings.policy_loss``
+    and its ``info``, each token's term multiplied by the rollout IS weight when ``settings.rollout_is_mode``
+    is set (``is_changed`` ``[n, T]``: the tokens that weight truncated or masked; None when off).
+
+    Raises:
+        UnknownNameError: ``settings.policy_loss`` is not registered.
+    """
     loss_fn = get_policy_loss(settings.policy_loss)
     pg_tok, info = loss_fn(
         logp,
@@ -261,26 +312,24 @@ def policy_objective(
         importance_sampling_level=settings.importance_sampling_level,
         **dict(loss_kwargs or {}),
     )
-    is_w = is_changed = None
+    is_changed = None
     if rollout_logp is not None and settings.rollout_is_mode is not None:
         is_w, is_changed = rollout_is_weights(
             old, rollout_logp, M.to(logp.dtype), mode=settings.rollout_is_mode,
             clip_max=settings.rollout_is_clip_max, clip_min=settings.rollout_is_clip_min,
         )
         pg_tok = pg_tok * is_w.to(pg_tok.dtype)
+    return pg_tok, info, is_changed
 
-    def agg(x: torch.Tensor) -> torch.Tensor:
-        return aggregate(
-            x,
-            W,
-            settings.loss_agg_mode,
-            denominators,
-            seq_denominator=settings.seq_denominator,
-            loss_scale_factor=settings.loss_scale_factor,
-        )
 
-    zero = logp.new_zeros(())
-    loss_pg = agg(pg_tok)
+def _regularisers(
+    logp: torch.Tensor, old: torch.Tensor, ref_logp: torch.Tensor | None, entropy: torch.Tensor | None,
+    settings: LossSettings, agg: Any, zero: torch.Tensor,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """``(kl_tok, loss_kl, loss_ent)``: the per-token KL estimate ``[n, T]`` to the reference (None without
+    ``ref_logp``; without gradient when ``beta == 0``, for the metric only), ``beta·agg(KL)`` (the
+    IS-corrected KL under ``kl_is_correction``) and ``−entropy_coef·agg(H)``, both 0-d (``zero`` when off).
+    """
     kl_tok = None
     loss_kl = zero
     if ref_logp is not None:
@@ -295,9 +344,17 @@ def policy_objective(
     loss_ent = zero
     if entropy is not None and settings.entropy_coef != 0:
         loss_ent = -settings.entropy_coef * agg(entropy)
-    total = loss_pg + loss_kl + loss_ent
+    return kl_tok, loss_kl, loss_ent
 
-    keep = W > 0
+
+def _objective_metrics(
+    keep: torch.Tensor, info: Mapping[str, torch.Tensor], logp: torch.Tensor, old: torch.Tensor,
+    kl_tok: torch.Tensor | None, entropy: torch.Tensor | None, rollout_logp: torch.Tensor | None,
+    is_changed: torch.Tensor | None, zero: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """:func:`policy_objective`'s metrics before the ``loss/*`` terms: the token count, sums and extrema
+    over the loss tokens ``keep`` (``W > 0``, ``[n, T]``) of the ratio, the clip indicators, the KLs, the
+    entropy and (with ``rollout_logp``) the rollout/training mismatch, in the order they are logged."""
     ratio = info["ratio"].detach()
     metrics: dict[str, torch.Tensor] = {"_tokens": keep.sum().to(logp.dtype)}
     metrics["ratio"] = _masked_sum(ratio, keep)
@@ -324,11 +381,7 @@ def policy_objective(
         metrics["rollout_is_ratio/max"] = torch.where(keep, raw, -inf).max() if raw.numel() else -inf
     metrics["ratio/min"] = torch.where(keep, ratio, inf).min() if ratio.numel() else inf
     metrics["ratio/max"] = torch.where(keep, ratio, -inf).max() if ratio.numel() else -inf
-    metrics["loss/policy"] = loss_pg.detach()
-    metrics["loss/kl"] = loss_kl.detach()
-    metrics["loss/entropy"] = loss_ent.detach()
-    metrics["loss/total"] = total.detach()
-    return total, metrics
+    return metrics
 
 
 class LossMetricAccumulator:

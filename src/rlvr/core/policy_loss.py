@@ -147,43 +147,17 @@ def clipped_surrogate(
     clip-higher); dual-clip PPO (Ye et al. 2020, Eq. 5) and verl ``compute_policy_loss``.
     """
     fn = "clipped_surrogate"
-    if not 0 < epsilon <= 1:
-        raise ValueError(f"{fn}: epsilon must be in (0, 1], got {epsilon}")
-    eps_high = epsilon if epsilon_high is None else epsilon_high
-    if eps_high < 0:
-        raise ValueError(f"{fn}: epsilon_high must be >= 0, got {epsilon_high}")
-    if clip_ratio_c is not None and not clip_ratio_c > 1:
-        raise ValueError(f"{fn}: clip_ratio_c must be > 1 (or None), got {clip_ratio_c}")
+    eps_high = _checked_clip_bounds(fn, epsilon, epsilon_high, clip_ratio_c)
     if logp.dim() != 2:
         raise ValueError(f"{fn}: logp must be [N, T], got shape {tuple(logp.shape)}")
     if old_logp is None:
         old_logp = logp.detach()
-    A = advantages.detach().to(logp.dtype)
-    if A.dim() == 1:
-        A = A[:, None]
-    if A.dim() != 2 or A.shape[0] != logp.shape[0] or A.shape[1] not in (1, logp.shape[1]):
-        raise ValueError(
-            f"{fn}: advantages must be [N], [N, 1] or [N, T] with N, T = {tuple(logp.shape)}, "
-            f"got {tuple(advantages.shape)}"
-        )
-    A = A.expand_as(logp)
+    A = _token_advantages(fn, advantages, logp)
 
     log_ratio = importance_log_ratio(logp, old_logp, mask, importance_sampling_level)
     ratio = torch.exp(log_ratio)  # [N, T]
     r = ratio.detach()
-    lo, hi = 1.0 - epsilon, 1.0 + eps_high
-    low = (r < lo) & (A < 0)
-    high = (r > hi) & (A > 0)
-    if clip_ratio_c is not None:
-        dual = (A < 0) & (r > clip_ratio_c)
-    else:
-        dual = torch.zeros_like(low)
-    # value of ρ used by each token: the constant bound where a clip binds (no gradient), else ρ
-    const = torch.where(low, torch.full_like(r, lo), torch.full_like(r, hi))
-    if clip_ratio_c is not None:
-        const = torch.where(dual, torch.full_like(r, float(clip_ratio_c)), const)
-    frozen = low | high | dual
-    rho_eff = torch.where(frozen, const, ratio)
+    rho_eff, low, high, dual = _clipped_ratio(ratio, r, A, 1.0 - epsilon, 1.0 + eps_high, clip_ratio_c)
     loss = -A * rho_eff  # [N, T]
 
     f = logp.dtype
@@ -195,6 +169,61 @@ def clipped_surrogate(
         "clip_dual": dual.to(f),
     }
     return loss, info
+
+
+def _checked_clip_bounds(fn: str, epsilon: float, epsilon_high: float | None, clip_ratio_c: float | None) -> float:
+    """The upper clip ``epsilon_high`` (``epsilon`` when None) after checking the three bounds.
+
+    Raises:
+        ValueError: ``epsilon`` not in ``(0, 1]``, ``epsilon_high < 0`` or ``clip_ratio_c <= 1``.
+    """
+    if not 0 < epsilon <= 1:
+        raise ValueError(f"{fn}: epsilon must be in (0, 1], got {epsilon}")
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    if eps_high < 0:
+        raise ValueError(f"{fn}: epsilon_high must be >= 0, got {epsilon_high}")
+    if clip_ratio_c is not None and not clip_ratio_c > 1:
+        raise ValueError(f"{fn}: clip_ratio_c must be > 1 (or None), got {clip_ratio_c}")
+    return eps_high
+
+
+def _token_advantages(fn: str, advantages: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """``advantages`` (``[N]``, ``[N, 1]`` or ``[N, T]``) detached, in ``logp``'s dtype and expanded to
+    ``logp``'s ``[N, T]``.
+
+    Raises:
+        ValueError: any other shape.
+    """
+    A = advantages.detach().to(logp.dtype)
+    if A.dim() == 1:
+        A = A[:, None]
+    if A.dim() != 2 or A.shape[0] != logp.shape[0] or A.shape[1] not in (1, logp.shape[1]):
+        raise ValueError(
+            f"{fn}: advantages must be [N], [N, 1] or [N, T] with N, T = {tuple(logp.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    return A.expand_as(logp)
+
+
+def _clipped_ratio(
+    ratio: torch.Tensor, r: torch.Tensor, A: torch.Tensor, lo: float, hi: float, clip_ratio_c: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rho_eff, low, high, dual)``: the ratio each token's loss uses ``[N, T]`` — the constant bound
+    where a clip binds (no gradient), else ``ratio`` — and the boolean ``[N, T]`` regions where the lower
+    (``r < lo ∧ A < 0``), upper (``r > hi ∧ A > 0``) and dual (``A < 0 ∧ r > c``) clips bind
+    (``r`` = the detached ``ratio``; source: :func:`clipped_surrogate`)."""
+    low = (r < lo) & (A < 0)
+    high = (r > hi) & (A > 0)
+    if clip_ratio_c is not None:
+        dual = (A < 0) & (r > clip_ratio_c)
+    else:
+        dual = torch.zeros_like(low)
+    # value of ρ used by each token: the constant bound where a clip binds (no gradient), else ρ
+    const = torch.where(low, torch.full_like(r, lo), torch.full_like(r, hi))
+    if clip_ratio_c is not None:
+        const = torch.where(dual, torch.full_like(r, float(clip_ratio_c)), const)
+    frozen = low | high | dual
+    return torch.where(frozen, const, ratio), low, high, dual
 
 
 POLICY_LOSSES: Registry[Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = Registry(

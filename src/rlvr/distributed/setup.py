@@ -65,7 +65,8 @@ class PreparedModels:
     sharded: bool
 
 
-def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: Any, env: DistEnv) -> PreparedModels:
+def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: Any, env: DistEnv,
+                   precision: Any = None) -> PreparedModels:
     """Move the models to the rank's device and shard them when :func:`use_fsdp`.
 
     With FSDP2 the generation copy is a ``deepcopy`` of the still-full policy, taken before sharding
@@ -74,7 +75,9 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     policy (a ``peft`` model) is sharded whole — frozen base and adapters in the same per-layer groups —
     and its generation copy is :func:`rlvr.lora.generation_copy` (``share=False``): a plain causal LM
     whose adapted projections hold ``W + ΔW``, re-merged after each update (``Trainer.sync_weights``).
-    The optimizer must be built after this call.
+    The optimizer must be built after this call. ``precision``: the run's resolved
+    :class:`~rlvr.precision.PrecisionPolicy` (FSDP2's mixed-precision policy follows it); None resolves
+    ``cfg.model.dtype`` for ``env.device``.
     """
     model.to(env.device)
     if ref_model is not None:
@@ -92,9 +95,11 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
         gen = copy.deepcopy(model).eval().requires_grad_(False)
     # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
     # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
-    from rlvr.precision import resolve_precision
+    if precision is None:
+        from rlvr.precision import resolve_precision
 
-    mp = mixed_precision_for(env.device, resolve_precision(cfg.model.dtype, env.device.type))
+        precision = resolve_precision(cfg.model.dtype, env.device.type)
+    mp = mixed_precision_for(env.device, precision)
     shard_policy(model, device=env.device, mp_policy=mp)
     if ref_model is not None:
         shard_policy(ref_model, device=env.device, mp_policy=mp)

@@ -24,7 +24,7 @@ Padding: contexts are left-padded; the attention mask hides the pads and explici
 (count of real tokens before a position) make a row's numbers independent of its batch-mates.
 
 Module layout: sampling lives in :mod:`rlvr.engines.sampling` and the KV caches in
-:mod:`rlvr.engines.kv_cache`; ``sample_from_logits`` is re-exported here.
+:mod:`rlvr.engines.kv_cache`.
 
 Speed measurements and the comparison with ``model.generate`` and continuous batching are in
 ``benchmarks/bench_generate.py`` / ``benchmarks/results/bench_generate.json``.
@@ -38,8 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from rlvr.engines.base import engine_eos_ids
-from rlvr.engines.kv_cache import new_cache as _new_cache
-from rlvr.engines.kv_cache import trim_left as _trim_left
+from rlvr.engines.kv_cache import new_cache, trim_left
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
@@ -347,7 +346,7 @@ class HFEngine:
         ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
 
         req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
-        cache, trimmable = _new_cache(self._decode_model.config, width + max(req_caps), self.cache_kind)
+        cache, trimmable = new_cache(self._decode_model.config, width + max(req_caps), self.cache_kind)
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples
@@ -407,7 +406,7 @@ class HFEngine:
                     if trimmable:
                         lead = int(mask.any(0).long().argmax())  # first column some live row uses
                         if lead >= 8:
-                            _trim_left(cache, lead)
+                            trim_left(cache, lead)
                             mask = mask[:, lead:]
                 else:
                     tok = torch.where(done, pad, tok)  # finished rows ride along on a pad token

@@ -2,7 +2,7 @@
 
 :func:`sample_from_logits` draws one token per row and returns its log-probability under the very
 distribution it was drawn from (the behaviour log-probs the trainer's importance ratios need). Split out of
-:mod:`rlvr.engines.hf` (which re-exports it) because it is pure tensor code with its own tests, used by
+:mod:`rlvr.engines.hf` because it is pure tensor code with its own tests, used by
 every decode step but by nothing else of the engine.
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -106,69 +107,25 @@ def evaluate(
         ValueError: ``num_samples < 1``, ``limit < 1``, ``offset < 0`` or past the split's end, a ``k < 1``,
             ``temperature < 0``, or the split is empty.
     """
-    if num_samples < 1:
-        raise ValueError(f"eval num_samples must be ≥ 1, got {num_samples}")
-    if limit is not None and limit < 1:
-        raise ValueError(f"eval limit must be ≥ 1 (or None for all problems), got {limit}")
-    if offset < 0:
-        raise ValueError(f"eval offset must be ≥ 0, got {offset}")
-    if any(int(k) < 1 for k in ks):
-        raise ValueError(f"eval ks must all be ≥ 1, got {list(ks)}")
-    if not temperature >= 0:
-        raise ValueError(f"eval temperature must be ≥ 0 (0 = greedy), got {temperature}")
+    _check_eval_args(num_samples, limit, offset, ks, temperature)
     greedy = temperature == 0
     n_draw = 1 if greedy else num_samples
     ks_used = sorted({int(k) for k in ks if int(k) <= n_draw})
     ks_skipped = sorted({int(k) for k in ks} - set(ks_used))
-    all_problems = list(task.problems(split))
-    if not all_problems:
-        raise ValueError(f"task {getattr(task, 'name', task)!r} has no {split!r} problems")
-    if offset >= len(all_problems):
-        raise ValueError(f"eval offset {offset} is past the end of the {split!r} split ({len(all_problems)} problems)")
-    problems = all_problems[offset : offset + limit] if limit else all_problems[offset:]
-    total = max(len(all_problems), int(getattr(task, "source_sizes", {}).get(split, 0)))
-    if engine is None:
-        from rlvr.engines.hf import HFEngine
-
-        engine = HFEngine(model, tokenizer, max_batch_size=max(1, prompts_per_batch * n_draw))
-    precision = _precision_of(model, engine)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
-    scorer = Scorer(task, tokenizer)
-    sampler = GroupSampler(engine, encoder, pad) if make_sampler is None else make_sampler(engine, encoder, scorer)
-    env_faults = {"env/errors": 0.0, "env/timeouts": 0.0}
-    stats = ScoreStats()
+    problems, total = _split_problems(task, split, limit, offset)
+    sampler, scorer, precision = _eval_sampler(model, tokenizer, task, engine, make_sampler,
+                                               max(1, prompts_per_batch * n_draw), system_prompt, max_prompt_length)
+    run = _SampledProblems(episodes=make_sampler is not None)
     bar = _progress_bar(len(problems), label, enabled=progress)
     t0 = time.perf_counter()
-    per_problem: list[dict[str, Any]] = []
-    slim: list[dict[str, Any]] = []  # the records without texts, for summarize_records
-    generated = 0
     try:
         for start in range(0, len(problems), prompts_per_batch):
             chunk = problems[start : start + prompts_per_batch]
             index = offset + start  # the batch's first problem in the whole split
             params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                     seed=seed + index)
-            batch = sampler.sample(chunk, n_draw, params, first_group_id=index)
-            if make_sampler is not None:
-                for key in env_faults:
-                    env_faults[key] += float(batch.metrics.get(key, 0.0))
-            texts = scorer.decode(batch)
-            lens, clipped = batch.model_lengths.tolist(), batch.is_truncated.tolist()
-            for p_i, prob in enumerate(chunk):
-                rows = (batch.prompt_index == p_i).nonzero(as_tuple=True)[0].tolist()
-                samples = [{**_sample(batch, r, texts[r], prob, scorer, stats,
-                                      None if make_sampler is None else sampler.last_episodes[r]),
-                            "length": int(lens[r]), "truncated": bool(clipped[r])} for r in rows]
-                rec = {**_problem_record(prob, samples, ks_used), "precision": precision}
-                slim.append({**rec, "question": None, "samples": [{**s, "text": None} for s in samples]})
-                generated += sum(s["length"] for s in samples)
-                per_problem.append({
-                    "uid": prob.uid, "correct": rec["correct"], "n": rec["n"], "mean_reward": rec["mean_reward"],
-                    "seen_in_train": rec["seen_in_train"], "sample": samples[0]["text"] if samples else "",
-                })
-                if on_problem is not None:
-                    on_problem(rec)
+            run.add_batch(sampler.sample(chunk, n_draw, params, first_group_id=index), chunk, sampler, scorer,
+                          ks_used, precision, on_problem)
             bar.update(len(chunk))
     finally:
         bar.close()
@@ -194,15 +151,111 @@ def evaluate(
         out["ks_skipped"] = ks_skipped
         out["ks_skipped_reason"] = ("temperature 0 is greedy: one sample per problem" if greedy
                                     else f"k > num_samples={num_samples}")
-    out.update(summarize_records(slim, ks_used, seed=seed))
-    out["reward/verifier_errors"] = stats.errors
-    if make_sampler is not None:
-        out.update(env_faults)
-    out["time_s"] = round(elapsed, 2)
-    out["tokens_per_s"] = round(generated / elapsed, 1) if elapsed > 0 else None
-    out["torch_threads"] = torch.get_num_threads()
-    out["per_problem"] = per_problem
+    out.update(run.summary(ks_used, seed, elapsed))
     return out
+
+
+def _eval_sampler(model: Any, tokenizer: Any, task: Any, engine: Any, make_sampler: SamplerFactory | None,
+                  max_batch_size: int, system_prompt: str | None, max_prompt_length: int) -> tuple[Any, Scorer, str]:
+    """``(sampler, scorer, precision)`` of one evaluation: the group sampler (or ``make_sampler``'s episode
+    sampler) on ``engine`` (default: an :class:`~rlvr.engines.hf.HFEngine` on ``model`` decoding up to
+    ``max_batch_size`` sequences at once), the task's scorer, and the precision the samples are drawn at."""
+    if engine is None:
+        from rlvr.engines.hf import HFEngine
+
+        engine = HFEngine(model, tokenizer, max_batch_size=max_batch_size)
+    precision = _precision_of(model, engine)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoder = PromptEncoder(tokenizer, system_prompt or task.system_prompt, max_prompt_length)
+    scorer = Scorer(task, tokenizer)
+    sampler = GroupSampler(engine, encoder, pad) if make_sampler is None else make_sampler(engine, encoder, scorer)
+    return sampler, scorer, precision
+
+
+def _check_eval_args(num_samples: int, limit: int | None, offset: int, ks: Sequence[int], temperature: float) -> None:
+    """:func:`evaluate`'s argument checks.
+
+    Raises:
+        ValueError: ``num_samples < 1``, ``limit < 1``, ``offset < 0``, a ``k < 1`` or ``temperature < 0``.
+    """
+    if num_samples < 1:
+        raise ValueError(f"eval num_samples must be ≥ 1, got {num_samples}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"eval limit must be ≥ 1 (or None for all problems), got {limit}")
+    if offset < 0:
+        raise ValueError(f"eval offset must be ≥ 0, got {offset}")
+    if any(int(k) < 1 for k in ks):
+        raise ValueError(f"eval ks must all be ≥ 1, got {list(ks)}")
+    if not temperature >= 0:
+        raise ValueError(f"eval temperature must be ≥ 0 (0 = greedy), got {temperature}")
+
+
+def _split_problems(task: Any, split: str, limit: int | None, offset: int) -> tuple[list[Any], int]:
+    """``(problems, total)``: the ``limit`` problems of ``split`` from ``offset`` on, in the task's order, and
+    the split's size (the larger of its problems and ``task.source_sizes[split]``, the size before a cap).
+
+    Raises:
+        ValueError: the split is empty, or ``offset`` is past its end.
+    """
+    all_problems = list(task.problems(split))
+    if not all_problems:
+        raise ValueError(f"task {getattr(task, 'name', task)!r} has no {split!r} problems")
+    if offset >= len(all_problems):
+        raise ValueError(f"eval offset {offset} is past the end of the {split!r} split ({len(all_problems)} problems)")
+    problems = all_problems[offset : offset + limit] if limit else all_problems[offset:]
+    return problems, max(len(all_problems), int(getattr(task, "source_sizes", {}).get(split, 0)))
+
+
+@dataclass
+class _SampledProblems:
+    """What :func:`evaluate` keeps of the sampled batches: per-problem summaries (``per_problem``), the
+    records without texts (``slim``, for :func:`rlvr.eval.summary.summarize_records`), the generated
+    token count, the verifier's error counts and (``episodes``) the environments' fault counts."""
+
+    episodes: bool
+    per_problem: list[dict[str, Any]] = field(default_factory=list)
+    slim: list[dict[str, Any]] = field(default_factory=list)
+    generated: int = 0
+    stats: ScoreStats = field(default_factory=ScoreStats)
+    env_faults: dict[str, float] = field(default_factory=lambda: {"env/errors": 0.0, "env/timeouts": 0.0})
+
+    def add_batch(self, batch: Any, chunk: Sequence[Any], sampler: Any, scorer: Scorer, ks_used: list[int],
+                  precision: str, on_problem: ProblemCallback | None) -> None:
+        """Score one sampled batch of the problems ``chunk`` and record each problem (``on_problem`` is
+        called with each full record, in order)."""
+        if self.episodes:
+            for key in self.env_faults:
+                self.env_faults[key] += float(batch.metrics.get(key, 0.0))
+        texts = scorer.decode(batch)
+        lens, clipped = batch.model_lengths.tolist(), batch.is_truncated.tolist()
+        for p_i, prob in enumerate(chunk):
+            rows = (batch.prompt_index == p_i).nonzero(as_tuple=True)[0].tolist()
+            samples = [{**_sample(batch, r, texts[r], prob, scorer, self.stats,
+                                  sampler.last_episodes[r] if self.episodes else None),
+                        "length": int(lens[r]), "truncated": bool(clipped[r])} for r in rows]
+            rec = {**_problem_record(prob, samples, ks_used), "precision": precision}
+            self.slim.append({**rec, "question": None, "samples": [{**s, "text": None} for s in samples]})
+            self.generated += sum(s["length"] for s in samples)
+            self.per_problem.append({
+                "uid": prob.uid, "correct": rec["correct"], "n": rec["n"], "mean_reward": rec["mean_reward"],
+                "seen_in_train": rec["seen_in_train"], "sample": samples[0]["text"] if samples else "",
+            })
+            if on_problem is not None:
+                on_problem(rec)
+
+    def summary(self, ks_used: list[int], seed: int, elapsed: float) -> dict[str, Any]:
+        """The result's metrics (:func:`rlvr.eval.summary.summarize_records`), the verifier's error count,
+        the environments' fault counts (``episodes``), the timing and the per-problem summaries, in
+        :func:`evaluate`'s key order (``elapsed``: wall seconds of the sampling)."""
+        out = dict(summarize_records(self.slim, ks_used, seed=seed))
+        out["reward/verifier_errors"] = self.stats.errors
+        if self.episodes:
+            out.update(self.env_faults)
+        out["time_s"] = round(elapsed, 2)
+        out["tokens_per_s"] = round(self.generated / elapsed, 1) if elapsed > 0 else None
+        out["torch_threads"] = torch.get_num_threads()
+        out["per_problem"] = self.per_problem
+        return out
 
 
 def _sample(batch: Any, r: int, text: str, prob: Any, scorer: Scorer, stats: ScoreStats,

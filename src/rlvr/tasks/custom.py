@@ -3,73 +3,32 @@
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
+import hashlib
 import math
 import numbers
-import os
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.errors import ConfigError
-from rlvr.file_kinds import not_regular_file
 from rlvr.tasks.answers import extract_answer_with_source
 from rlvr.tasks.base import Problem, Split, Task, Verdict
+from rlvr.user_modules import import_user_module
 
 RewardFn = Callable[..., Any]
 
 
-def _import_module(module: str, spec: str, key: str = "task.reward_fn") -> Any:
-    if module.endswith(".py") or os.sep in module or "/" in module:
-        path = Path(module)
-        why = not_regular_file(path)
-        if why:
-            raise ConfigError(f"{key}={spec!r}: file {module!r} "
-                              f"{'not found' if why == 'does not exist' else why + ' (expected a Python file)'}")
-        mod_name = f"rlvr_reward_{path.stem}"
-        file_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if file_spec is None or file_spec.loader is None:  # pragma: no cover - only for odd suffixes
-            raise ConfigError(f"{key}={spec!r}: cannot import {module!r} as a Python file")
-        mod = importlib.util.module_from_spec(file_spec)
-        sys.modules[mod_name] = mod
-        try:
-            file_spec.loader.exec_module(mod)
-        except Exception as exc:
-            sys.modules.pop(mod_name, None)
-            raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
-        return mod
-    top = module.split(".")[0]
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != top or os.getcwd() in sys.path:
-            raise ConfigError(f"{key}={spec!r}: cannot import module {module!r} ({exc})") from exc
-    except Exception as exc:
-        raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
-    # the `rlvr` console script does not put the working directory on sys.path: try it once
-    sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(
-            f"{key}={spec!r}: cannot import module {module!r} ({exc}); it must be importable "
-            "(installed, on PYTHONPATH, or in the working directory), or give a file: 'path/to/file.py:function'"
-        ) from exc
-    except Exception as exc:
-        raise ConfigError(f"{key}={spec!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        try:
-            sys.path.remove(os.getcwd())
-        except ValueError:  # pragma: no cover
-            pass
+def _file_module_name(path: Path) -> str:
+    """The module name a ``module:attribute`` file is imported under: ``rlvr_reward_<stem>_<hash of its
+    path>`` (two files of one name in different folders are two modules; one file is imported once)."""
+    return f"rlvr_reward_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def load_attribute(spec: str, key: str, what: str = "function") -> Any:
     """Import ``"module:attr"`` (or ``"path/to/file.py:attr"``; ``attr`` may be dotted) for config key ``key``.
 
-    The module may be installed, on ``PYTHONPATH`` or in the working directory (tried once when the
-    ``rlvr`` console script did not put it on ``sys.path``).
+    The module may be installed, on ``PYTHONPATH`` or in the working directory (also searched, after
+    ``sys.path``), or be a ``.py`` file (imported once per process, its folder on ``sys.path``); the loader
+    is :func:`rlvr.user_modules.import_user_module`.
 
     Raises:
         ConfigError: naming ``key``: no colon; module not found or failing on import (with its error);
@@ -80,7 +39,7 @@ def load_attribute(spec: str, key: str, what: str = "function") -> Any:
     module, _, attr = spec.rpartition(":")
     if not module or not attr:
         raise ConfigError(f"{key} must look like 'module:{what}', got {spec!r}")
-    obj: Any = _import_module(module, spec, key)
+    obj: Any = import_user_module(module, f"{key}={spec!r}", module_name=_file_module_name)
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]

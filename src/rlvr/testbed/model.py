@@ -397,18 +397,7 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
     bar = progress_bar(total=spec.steps, initial=start, desc="testbed pre-training (first use, then cached)",
                        unit="step", delay=2.0, disable=not progress)
     for step in range(start, spec.steps):
-        for g in opt.param_groups:  # the value LambdaLR gave before (base lr × factor): same floats
-            g["lr"] = spec.learning_rate * _lr_factor(spec, step)
-        ids, lab = _batch(rng, spec, tok)
-        opt.zero_grad(set_to_none=True)
-        loss = _v2_loss(model, ids, lab, tok.pad_token_id) if spec.is_v2 else None
-        if loss is None:
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
-            out.loss.backward()
-            loss = out.loss
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(_pretrain_step(model, opt, rng, spec, tok, step))
         bar.update(1)
         if (step + 1) % 50 == 0:
             bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}", refresh=False)
@@ -424,17 +413,41 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
                 raise PretrainPaused(done, spec.steps, ckpt)
     bar.close()
     model.eval()
+    return model, tok, _pretrain_info(spec, model, losses, before + time.perf_counter() - t0)
+
+
+def _pretrain_step(model: Any, opt: torch.optim.Optimizer, rng: random.Random, spec: TestbedSpec, tok: Any,
+                   step: int) -> float:
+    """One pre-training update at ``step`` (0-based): the scheduled learning rate, a batch drawn from
+    ``rng``, the next-token loss (the v2 loss for v2 presets), gradient clipping at 1, the AdamW step.
+    Returns the batch's mean loss (nats per token)."""
+    for g in opt.param_groups:  # the value LambdaLR gave before (base lr × factor): same floats
+        g["lr"] = spec.learning_rate * _lr_factor(spec, step)
+    ids, lab = _batch(rng, spec, tok)
+    opt.zero_grad(set_to_none=True)
+    loss = _v2_loss(model, ids, lab, tok.pad_token_id) if spec.is_v2 else None
+    if loss is None:
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=lab)
+        out.loss.backward()
+        loss = out.loss
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
+def _pretrain_info(spec: TestbedSpec, model: Any, losses: list[float], seconds: float) -> dict[str, Any]:
+    """:func:`pretrain`'s ``info``: the spec, the final loss (mean over the last 10 % of steps), the seconds
+    (all chunks), the parameter count and the loss curve (mean per 10 % of the steps)."""
     tail = losses[-max(1, spec.steps // 10):]
     tenth = max(1, len(losses) // 10)
-    info = {
+    return {
         "spec": dataclasses.asdict(spec),
         "final_loss": sum(tail) / len(tail),
-        "seconds": round(before + time.perf_counter() - t0, 1),
+        "seconds": round(seconds, 1),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "loss_curve": [round(sum(losses[i:i + tenth]) / len(losses[i:i + tenth]), 4)
                        for i in range(0, len(losses), tenth)],
     }
-    return model, tok, info
 
 
 def testbed_cache_dir(name: str, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -33,7 +33,7 @@ from rlvr.errors import ConfigError
 from rlvr.lora import is_adapter_folder, is_peft_model, load_adapter_weights, write_base_model_spec
 from rlvr.precision_record import RECORD_FILE, write_precision_record
 from rlvr.staging import make_staging_dir
-from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers import from here
+from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,
     WRITE_ERRORS,
@@ -41,10 +41,8 @@ from rlvr.trainer.checkpoint_state import (  # re-exported: the names callers im
     capture_rng_state,
     data_fingerprint,
     describe_write_error,
-    file_digest,
     free_space_note,
     load_round_state,
-    pending_round_state,
     require_complete,
     restore_counters,
     restore_rng_state,

@@ -1,4 +1,4 @@
-"""Which parts a run is built from, and the check that they exist and fit together.
+"""Which parts a run is built from, and the checks of a run that need no model (:func:`validate_run`).
 
 Importing this module loads every built-in part: the schedules (:mod:`rlvr.schedules`) and the
 variants' registrations (:mod:`rlvr.variants`, each module registers on import; no module there
@@ -12,11 +12,13 @@ from typing import Any
 import rlvr.schedules  # noqa: F401 (registers the built-in schedules)
 import rlvr.variants  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
 from rlvr.errors import ConfigError
+from rlvr.loggers import check_report_to
 from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS, SamplerContext
 from rlvr.schedules import SCHEDULES
+from rlvr.trainer.rollout import check_filter_metric
 
 __all__ = ["ADV_ESTIMATORS", "BATCH_FILTERS", "MASKS", "SAMPLERS", "SCHEDULES", "SamplerContext",
-           "validate_components"]
+           "validate_components", "validate_run"]
 
 
 def validate_components(cfg: Any) -> None:
@@ -47,3 +49,28 @@ def validate_components(cfg: Any) -> None:
         raise ConfigError("kl_in_reward=true needs beta > 0 (the KL penalty in the reward is beta · KL); got beta=0")
     for check in CONFIG_CHECKS.keys():
         CONFIG_CHECKS[check](cfg)
+
+
+def validate_run(cfg: Any, task: Any = None) -> None:
+    """Every check of a training run that needs no model, meant to run once per run, before any model
+    loads: the parts exist and fit together (:func:`validate_components`), the listed trackers can log
+    (:func:`rlvr.loggers.check_report_to`) and, given the ``task``, ``dynamic_sampling.metric`` names a
+    component the scored batches carry (:func:`rlvr.trainer.rollout.check_filter_metric`).
+
+    ``rlvr train`` runs it in two halves (``task=None`` as soon as the config is read, then the task's
+    check once the task is built) and tells the :class:`~rlvr.trainer.trainer.Trainer` so
+    (``validated=True``); a ``Trainer`` built from Python runs it itself (interpretation: issue 24,
+    item 6, "validate once").
+
+    Args:
+        cfg: the run config (:class:`~rlvr.config.RLConfig`).
+        task: the run's :class:`~rlvr.tasks.Task`, or None to skip the check that needs it.
+
+    Raises:
+        ConfigError: the first failing check's message (a key, the registered names, the conflict,
+            or the tracker package to install).
+    """
+    validate_components(cfg)
+    check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
+    if task is not None:
+        check_filter_metric(cfg, task)

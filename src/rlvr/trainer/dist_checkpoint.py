@@ -182,45 +182,59 @@ def save_distributed(trainer: Any, path: str | Path, *, hf_folder: bool = False)
             except WRITE_ERRORS as exc:  # DCP gathers every rank's failure and raises it on all of them
                 failure = failed("dcp/ (sharded model and optimizer)", exc)
             _agree(dp, path, failure)
-            stage = f"rank-{rank}/{RANK_STATE} and the round state"
-            try:
-                rank_dir = tmp / f"rank-{rank}"
-                rank_dir.mkdir(parents=True, exist_ok=True)
-                rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
-                (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
-                if rank == 0:
-                    stage = "scheduler.pt"
-                    torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
-                    stage = STATE_FILE
-                    state = {
-                        "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
-                        **trainer_counters(trainer),
-                        "loader": trainer.loader.state_dict(),
-                        "config": trainer.run_config.model_dump(mode="json"),
-                        "data": data_fingerprint(trainer.cfg.task),
-                    }
-                    (tmp / STATE_FILE).write_text(json.dumps(state))
-            except WRITE_ERRORS as exc:
-                failure = failed(stage, exc)
-            _agree(dp, path, failure)
+            _agree(dp, path, _write_state_files(trainer, tmp))
         if rank == 0:
-            stage = CHECKSUM_FILE
-            try:
-                write_checksums(tmp)  # every rank's files are in (the agreement above): verified before a resume
-                stage = ".complete"
-                with open(tmp / ".complete", "w") as f:
-                    f.flush()
-                    os.fsync(f.fileno())
-                stage = "the rename into place"
-                swap_into_place(tmp, path)
-            except WRITE_ERRORS as exc:
-                failure = failed(stage, exc)
+            failure = _seal(tmp, path)
         _agree(dp, path, failure)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _write_state_files(trainer: Any, tmp: Path) -> str | None:
+    """Write this rank's ``rank-<r>/`` state (RNG and round state) and, on rank 0, ``scheduler.pt`` and the
+    shared ``trainer_state.json`` into the staging folder ``tmp``; the failure (rank, file, cause) or None."""
+    rank = trainer.rank
+    stage = f"rank-{rank}/{RANK_STATE} and the round state"
+    try:
+        rank_dir = tmp / f"rank-{rank}"
+        rank_dir.mkdir(parents=True, exist_ok=True)
+        rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
+        (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
+        if rank == 0:
+            stage = "scheduler.pt"
+            torch.save(trainer.scheduler.state_dict(), tmp / "scheduler.pt")
+            stage = STATE_FILE
+            state = {
+                "version": CHECKPOINT_VERSION, "distributed": True, "world_size": trainer.world_size,
+                **trainer_counters(trainer),
+                "loader": trainer.loader.state_dict(),
+                "config": trainer.run_config.model_dump(mode="json"),
+                "data": data_fingerprint(trainer.cfg.task),
+            }
+            (tmp / STATE_FILE).write_text(json.dumps(state))
+    except WRITE_ERRORS as exc:
+        return f"rank {rank}, {stage}: {describe_write_error(exc)}"
+    return None
+
+
+def _seal(tmp: Path, path: Path) -> str | None:
+    """Rank 0, once every rank's files are in ``tmp``: the checksums, ``.complete`` (fsynced), the rename
+    into place at ``path``; the failure (stage, cause) or None."""
+    stage = CHECKSUM_FILE
+    try:
+        write_checksums(tmp)  # every rank's files are in (the agreement before this): verified before a resume
+        stage = ".complete"
+        with open(tmp / ".complete", "w") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        stage = "the rename into place"
+        swap_into_place(tmp, path)
+    except WRITE_ERRORS as exc:
+        return f"rank 0, {stage}: {describe_write_error(exc)}"
+    return None
 
 
 def is_distributed_checkpoint(path: str | Path) -> bool:

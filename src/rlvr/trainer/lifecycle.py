@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rlvr.text import plural
-from rlvr.trainer.checkpoint import capture_rng_state, restore_rng_state
+from rlvr.trainer.checkpoint_state import capture_rng_state, restore_rng_state
 
 SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 

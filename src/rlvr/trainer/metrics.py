@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from rlvr.core.advantages import mean_group_std, zero_std_group_fraction
-from rlvr.core.objective import LossMetricAccumulator  # noqa: F401 (the one loss-metric reducer, re-exported)
 from rlvr.types import RolloutBatch
 
 

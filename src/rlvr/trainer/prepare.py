@@ -136,8 +136,44 @@ class BatchPreparation:
             The :class:`RoundResult`: the prepared batch (possibly empty), its per-round scalars and
             the round's signal.
         """
-        cfg = self.cfg
         timings: dict[str, float] = {}
+        overlapped = policy_version is not None
+        batch, cstats, reward_counts, timeouts_before = self._generate_round(policy_version, timings)
+        self.rollout_round += 1
+        signal_ = RoundSignal.of(cstats.raw_batches)  # handed to the loop with the round (RoundResult)
+        if not overlapped:
+            self.generation_round = self.rollout_round
+        if len(batch) == 0:
+            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
+                if self._needs_trainer_old_logp():
+                    self._logprobs(self.model, batch)
+                if self.ref_model is not None:
+                    self._logprobs(self.ref_model, batch)
+            self._advantages(batch)  # joins the estimator's collectives (scale_rewards=batch), with no rows
+            return RoundResult(batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}, signal_,
+                               reward_counts)
+        self._behaviour_logprobs(batch, timings, overlapped=overlapped)
+        self._advantages(batch)
+        sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
+        for f in self.batch_filters:
+            batch = f(batch)
+        metrics = self._round_metrics(batch, sampled, cstats, timings, timeouts_before)
+        if not overlapped:
+            self._last_samples = self._sample_rows(batch)
+        return RoundResult(batch, metrics, signal_, reward_counts)
+
+    def _generate_round(self, policy_version: int | None, timings: dict[str, float]) -> tuple[RolloutBatch, Any, tuple, int]:
+        """Sample and score one generation batch (:func:`rlvr.trainer.rollout.collect_generation_batch`, dynamic
+        sampling included), after the weight push when synchronous (``policy_version`` None); under torchrun
+        every rank's prompt loader then skips to the same place. Adds the weight-sync, reward and generation
+        seconds to ``timings``.
+
+        Returns:
+            ``(batch, cstats, reward_counts, timeouts_before)``: the scored batch, the collection's
+            statistics, this round's reward calls / errors / timeouts (:data:`REWARD_COUNTERS` deltas) and
+            the scorer's timeout total before the round.
+        """
+        cfg = self.cfg
         overlapped = policy_version is not None
         if not overlapped:
             t = time.perf_counter()
@@ -172,25 +208,15 @@ class BatchPreparation:
         # this round's reward calls (calls, errors, timeouts), for the job-wide failure rule (Trainer.train)
         reward_counts = tuple(getattr(self.scorer, k, 0) - b for k, b in zip(REWARD_COUNTERS, counts_before))
         timings["timing/generate_s"] = time.perf_counter() - t0 - score_time
-        self.rollout_round += 1
-        signal_ = RoundSignal.of(cstats.raw_batches)  # handed to the loop with the round (RoundResult)
-        if not overlapped:
-            self.generation_round = self.rollout_round
+        return batch, cstats, reward_counts, timeouts_before
+
+    def _round_metrics(self, batch: RolloutBatch, sampled: RolloutBatch, cstats: Any, timings: dict[str, float],
+                       timeouts_before: int) -> dict[str, float]:
+        """The round's scalars: rollout metrics of what was sampled (every raw batch when dynamic sampling
+        merged several), the parts' ``batch.metrics``, the advantages after the filters, ``timings``, the
+        verifier's errors and timeouts, truncated prompts and the dynamic-sampling counts."""
+        cfg = self.cfg
         metrics: dict[str, float] = {}
-        if len(batch) == 0:
-            if self.dp is not None and self.dp.fsdp:  # sharded forwards are collectives: join them with no rows
-                if self._needs_trainer_old_logp():
-                    self._logprobs(self.model, batch)
-                if self.ref_model is not None:
-                    self._logprobs(self.ref_model, batch)
-            self._advantages(batch)  # joins the estimator's collectives (scale_rewards=batch), with no rows
-            return RoundResult(batch, {**timings, "dynamic_sampling/shortfall": float(cstats.shortfall)}, signal_,
-                               reward_counts)
-        self._behaviour_logprobs(batch, timings, overlapped=overlapped)
-        self._advantages(batch)
-        sampled = batch  # rollout metrics describe what was sampled, before filters (which may drop every row)
-        for f in self.batch_filters:
-            batch = f(batch)
         all_rows = RolloutBatch.concat(cstats.raw_batches, self.pad_token_id) if len(cstats.raw_batches) > 1 else None
         metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
                                        tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
@@ -206,9 +232,7 @@ class BatchPreparation:
             metrics["dynamic_sampling/num_gen_batches"] = float(cstats.rounds)
             metrics["dynamic_sampling/kept_group_frac"] = cstats.groups_kept / max(cstats.groups_seen, 1)
             metrics["dynamic_sampling/shortfall"] = float(cstats.shortfall)
-        if not overlapped:
-            self._last_samples = self._sample_rows(batch)
-        return RoundResult(batch, metrics, signal_, reward_counts)
+        return metrics
 
     def _behaviour_logprobs(self, batch: RolloutBatch, timings: dict[str, float], *, overlapped: bool = False) -> None:
         """Set ``old_logp`` (when the schedule needs it, or for KL in the reward) and ``ref_logp`` (``beta > 0``)

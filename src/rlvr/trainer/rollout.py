@@ -151,23 +151,10 @@ def collect_generation_batch(
     kept: list[RolloutBatch] = list(carry or [])
     n_kept = sum(len(torch.unique(b.group_id)) for b in kept)
     while n_kept < P and (ds.max_num_gen_batches == 0 or stats.rounds < ds.max_num_gen_batches):
-        batch = draw(P)
-        s = score(batch) if batch.rewards is None else ScoreStats()
-        verifier_score = batch.rewards.clone()
-        shape_rewards(batch, cfg)
-        stats.rounds += 1
-        stats.score.errors += s.errors
-        stats.score.calls += s.calls
-        stats.score.last_error = s.last_error or stats.score.last_error
-        stats.raw_batches.append(batch)
-        metric = filter_metric(batch, ds.metric, verifier_score)
-        keep = nonzero_variance_groups(torch.nan_to_num(metric), batch.group_id)
-        stats.groups_seen += len(torch.unique(batch.group_id))
-        if keep.any():
-            sub = batch.select(keep.nonzero(as_tuple=True)[0])
+        sub = _informative_groups(draw(P), score, cfg, stats)
+        if sub is not None:
             kept.append(sub)
             n_kept += len(torch.unique(sub.group_id))
-    excess: list[RolloutBatch] = []
     if n_kept < P:
         msg = (
             f"dynamic sampling found {plural(n_kept, 'informative group')} of the {plural(P, 'prompt')} wanted after "
@@ -180,13 +167,41 @@ def collect_generation_batch(
         if not kept:
             empty = stats.raw_batches[-1]
             return empty.select([]), stats, []
-    merged = RolloutBatch.concat(kept, pad_token_id)
+    merged, excess = _first_groups(RolloutBatch.concat(kept, pad_token_id), P, keep_excess=ds.keep_excess)
+    stats.groups_kept = min(n_kept, P)
+    return merged, stats, excess
+
+
+def _informative_groups(batch: RolloutBatch, score: Callable[[RolloutBatch], ScoreStats], cfg: Any,
+                        stats: CollectStats) -> RolloutBatch | None:
+    """One dynamic-sampling round of :func:`collect_generation_batch`: score ``batch`` (unless its sampler
+    did), shape its rewards, count the round in ``stats``, and return its groups whose
+    ``dynamic_sampling.metric`` varies (:func:`filter_metric`, :func:`nonzero_variance_groups`), or None."""
+    s = score(batch) if batch.rewards is None else ScoreStats()
+    verifier_score = batch.rewards.clone()
+    shape_rewards(batch, cfg)
+    stats.rounds += 1
+    stats.score.errors += s.errors
+    stats.score.calls += s.calls
+    stats.score.last_error = s.last_error or stats.score.last_error
+    stats.raw_batches.append(batch)
+    metric = filter_metric(batch, cfg.dynamic_sampling.metric, verifier_score)
+    keep = nonzero_variance_groups(torch.nan_to_num(metric), batch.group_id)
+    stats.groups_seen += len(torch.unique(batch.group_id))
+    if keep.any():
+        return batch.select(keep.nonzero(as_tuple=True)[0])
+    return None
+
+
+def _first_groups(merged: RolloutBatch, P: int, *, keep_excess: bool) -> tuple[RolloutBatch, list[RolloutBatch]]:
+    """``(batch, excess)``: the rows of ``merged``'s first ``P`` groups (in order of appearance) and, with
+    ``keep_excess``, the other groups' rows as one batch for the next call (else none)."""
+    excess: list[RolloutBatch] = []
     gids = list(dict.fromkeys(merged.group_id.tolist()))
     if len(gids) > P:
         keep_ids = set(gids[:P])
         in_keep = torch.tensor([g in keep_ids for g in merged.group_id.tolist()])
-        if ds.keep_excess:
+        if keep_excess:
             excess = [merged.select((~in_keep).nonzero(as_tuple=True)[0])]
         merged = merged.select(in_keep.nonzero(as_tuple=True)[0])
-    stats.groups_kept = min(n_kept, P)
-    return merged, stats, excess
+    return merged, excess

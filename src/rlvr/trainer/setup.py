@@ -20,9 +20,10 @@ from rlvr.errors import RlvrError
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 
 
-def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
-    """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
-    every forward of it and to the default engine; :mod:`rlvr.precision`).
+def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPolicy | None = None) -> PrecisionPolicy:
+    """Attach the run's precision policy to the model (and so to every forward of it and to the default
+    engine; :mod:`rlvr.precision`) after checking its weights are stored as the policy says: ``policy``
+    when the run resolved it already, else ``model.dtype`` (``requested``) resolved for the model's device.
 
     Raises:
         RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
@@ -30,7 +31,8 @@ def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
             the message says how to load it.
     """
     param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    policy = resolve_precision(requested, param.device if param is not None else "cpu")
+    if policy is None:
+        policy = resolve_precision(requested, param.device if param is not None else "cpu")
     if param is not None and param.dtype != policy.param_dtype:
         raise RlvrError(
             f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
@@ -40,6 +42,21 @@ def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
         )
     set_model_precision(model, policy)
     return policy
+
+
+def resolve_run_precision(requested: str, model: torch.nn.Module, device: torch.device | str | None = None) -> PrecisionPolicy:
+    """``model.dtype`` (``requested``) resolved for where the run computes: ``device`` (a ``torchrun`` rank's
+    device, where the models are placed) or, without one, the device of the model's first floating-point
+    weight (the CPU when it has none). A trainer built without the run's policy resolves it here, once
+    (interpretation: issue 24, item 6, "resolve precision once").
+
+    Raises:
+        ValueError: an unknown mode or a bad ``RLVR_CPU_BF16`` value (:func:`rlvr.precision.resolve_precision`).
+    """
+    if device is None:
+        param = next((p for p in model.parameters() if p.is_floating_point()), None)
+        device = param.device if param is not None else "cpu"
+    return resolve_precision(requested, device)
 
 
 def seed_everything(seed: int) -> None:

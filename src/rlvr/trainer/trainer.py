@@ -8,7 +8,7 @@ This module holds the wiring (:class:`Trainer`'s constructor) and the loop aroun
 stopping, resume re-planning, the rank agreements, checkpoints. The halves of an iteration are
 mixins in their own modules: :mod:`rlvr.trainer.prepare` (a generation batch from the weight push to
 the batch filters) and :mod:`rlvr.trainer.steps` (one optimizer update and the actions after it);
-config-only setup helpers are :mod:`rlvr.trainer.setup`. Their names are re-exported here.
+config-only setup helpers are :mod:`rlvr.trainer.setup`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ import torch
 
 from rlvr.config import RLConfig
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RewardFailureError, RunStopped, TrainingError  # noqa: F401 (TrainingError re-exported)
-from rlvr.loggers import build_trackers, check_report_to
+from rlvr.errors import IdleRunError, RewardFailureError, RunStopped
+from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
+from rlvr.precision import PrecisionPolicy
 from rlvr.rewards import Scorer
 from rlvr.samplers.group import PromptEncoder
-from rlvr.trainer.checkpoint import capture_rng_state, pending_round_state, restore_rng_state, save_checkpoint
+from rlvr.trainer.checkpoint import save_checkpoint
+from rlvr.trainer.checkpoint_state import capture_rng_state, pending_round_state, restore_rng_state
 from rlvr.schedules import SCHEDULES, OptimizerStep, Schedule
 from rlvr.trainer.components import (
     ADV_ESTIMATORS,
@@ -38,7 +40,7 @@ from rlvr.trainer.components import (
     MASKS,
     SAMPLERS,
     SamplerContext,
-    validate_components,
+    validate_run,
 )
 from rlvr.parts import AdvantageContext
 from rlvr.trainer.context import TrainerPlanContext
@@ -53,10 +55,9 @@ from rlvr.trainer.metrics import peak_memory_mb
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.trainer.overlap import RolloutPipeline
 from rlvr.trainer.prepare import BatchPreparation
-from rlvr.trainer.rollout import check_filter_metric
 from rlvr.trainer.run_dir import clean_stale_temporaries, rotate_checkpoints
 from rlvr.trainer.run_state import RunState, run_state_field
-from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, seed_everything
+from rlvr.trainer.setup import apply_precision, disable_dropout, loss_settings, resolve_run_precision, seed_everything
 from rlvr.trainer.steps import OptimizerSteps
 from rlvr.trainer.update import MaskFn
 from rlvr.types import RolloutBatch
@@ -97,6 +98,14 @@ class Trainer(BatchPreparation, OptimizerSteps):
             keeps them replicated, draws this rank's prompts, all-reduces normalisers and metrics, and
             logs on rank 0 only.
         run_config: the job's config as the user wrote it (default ``cfg``).
+        precision: the run's resolved :class:`~rlvr.precision.PrecisionPolicy` (``rlvr train`` resolves
+            ``model.dtype`` once for the run's device and loads the model with it); None: ``cfg.model.dtype``
+            resolved here for ``dp``'s device, else for the model's (:func:`resolve_run_precision`).
+        validated: True when the caller already ran :func:`rlvr.trainer.components.validate_run` on this
+            run (``rlvr train`` does, before any model loads); False (default): the trainer runs it first.
+
+    Raises:
+        ConfigError: ``validated=False`` and :func:`~rlvr.trainer.components.validate_run` refuses the run.
     """
 
     # views of self.run_state: the loop state a checkpoint saves (trainer/run_state.py)
@@ -126,8 +135,11 @@ class Trainer(BatchPreparation, OptimizerSteps):
         output_dir: str | Path | None = None,
         dp: Any = None,
         run_config: RLConfig | None = None,
+        precision: PrecisionPolicy | None = None,
+        validated: bool = False,
     ) -> None:
-        check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
+        if not validated:  # once per run: the CLI validated before loading the model and says so
+            validate_run(cfg, task)
         seed_everything(cfg.seed)
         self.run_state = RunState()
         self.cfg = cfg
@@ -135,6 +147,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.dp = dp
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
+        self.precision = precision if precision is not None else resolve_run_precision(
+            cfg.model.dtype, model, dp.env.device if dp is not None else None)  # once: sharding, forwards, engine
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
         model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
@@ -143,9 +157,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.precision = apply_precision(model, cfg.model.dtype)
-        validate_components(cfg)  # before a server is started
-        check_filter_metric(cfg, task)
+        apply_precision(model, cfg.model.dtype, self.precision)
         self._attach_engine(engine, gen_model, lora, sharded)
         self._build_parts(sampler, schedule, ref_model, extra_mask_fns)
         self.idle = IdleTracker(cfg.max_idle_rounds)
@@ -181,7 +193,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         if dp is not None:  # seam: the one place models become rank-aware (device, FSDP2, generation copy)
             from rlvr.distributed.setup import prepare_models
 
-            prepared = prepare_models(model, ref_model, cfg, dp.env)
+            prepared = prepare_models(model, ref_model, cfg, dp.env, self.precision)
             model, ref_model, gen_model, sharded = prepared.model, prepared.ref_model, prepared.gen_model, prepared.sharded
         return model, ref_model, gen_model, sharded
 

@@ -16,10 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from rlvr.core.aggregation import AggDenominators, compute_denominators
-from rlvr.core.masks import combine_masks, loss_weights  # noqa: F401 (loss_weights re-exported)
-from rlvr.core.objective import LossSettings, policy_objective
-from rlvr.trainer.forward import completion_logprobs, micro_batches  # noqa: F401 (re-exported)
-from rlvr.trainer.metrics import LossMetricAccumulator
+from rlvr.core.masks import combine_masks, loss_weights
+from rlvr.core.objective import LossMetricAccumulator, LossSettings, policy_objective
+from rlvr.trainer.forward import completion_logprobs, micro_batches
 from rlvr.types import RolloutBatch
 
 MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], Any]
