@@ -28,7 +28,6 @@ from rlvr.config_sections import (
     LoggingConfig,
     LoraConfig,
     ModelConfig,
-    MuGRPOConfig,
     TaskConfig,
     UECConfig,
     VLLMConfig,
@@ -39,6 +38,10 @@ from rlvr.errors import ConfigError
 from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
 from rlvr.registry import CONFIG_SECTIONS
+
+# the built-in variants' sections (each module is pure pydantic and registers its own, so a config with
+# a variant's section validates before any part is loaded; rlvr.variants)
+import rlvr.variants.mu_grpo.config  # noqa: F401 (mu_grpo)
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 

@@ -1,11 +1,13 @@
 """The sections of the configuration tree (``model``, ``task``, ``logging``, ``eval``, the sampling
-switches, ``distributed`` and one section per variant: ``uec``, ``ib_tpo``, ``fbos``, ``mu_grpo``).
+switches, ``distributed``, ``env`` and the sections of the variants not yet in their own folder:
+``uec``, ``ib_tpo``, ``fbos``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
-:class:`~rlvr.config.RLConfig` and re-exports every class here. The four variants' sections are not
+:class:`~rlvr.config.RLConfig` and re-exports every class here. The variants' sections are not
 fields of ``RLConfig``: they are registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`, declared
-here so that a config builds without importing the variants; their parts declare the same models when
-they register), the way a plugin's part declares its own.
+at the config layer so that a config builds without importing the variants; their parts declare the
+same models when they register), the way a plugin's part declares its own. A variant with its own
+folder keeps its section there (``rlvr/variants/mu_grpo/config.py``, imported by :mod:`rlvr.config`).
 """
 
 from __future__ import annotations
@@ -458,23 +460,6 @@ class FBOSConfig(StrictModel):
         return self
 
 
-class MuGRPOConfig(StrictModel):
-    """μ-GRPO (``docs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
-
-    μ itself is ``steps_per_generation`` (alias ``mu_grpo.mu``); the relaxed clip window is plain
-    ``epsilon=1.0, epsilon_high=4.0``. The veto acts when the ``veto`` mask is listed in
-    ``loss_masks``; the staged schedule when ``schedule: staged``.
-    """
-
-    veto_ratio_threshold: float = Field(1e-4, gt=0, le=1)
-    veto_scope: Literal["suffix", "nontrigger_suffix", "sequence", "trigger_only", "none"] = "suffix"
-    veto_denominator: Literal["drop", "keep"] = "drop"
-    veto_trigger: Literal["token", "prefix"] = "token"  # prefix: interpretation, see rlvr.core.veto
-    reset_optimizer_each_stage: bool = False
-    shuffle_groups_within_stage: bool = True
-    stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"
-
-
 class VLLMConfig(StrictModel):
     """The vLLM server engine (``engine: vllm``; ``rlvr.engines.vllm_engine``, docs/vllm.md).
 
@@ -540,5 +525,5 @@ class EnvConfig(StrictModel):
 
 
 # the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
-for _name, _model in (("env", EnvConfig), ("mu_grpo", MuGRPOConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
+for _name, _model in (("env", EnvConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
     register_section(_name, _model)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import rlvr.schedules  # noqa: F401 (registers the built-in schedules)
-import rlvr.variants  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
+import rlvr.variants.builtin  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
 from rlvr.errors import ConfigError
 from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS, SamplerContext
 from rlvr.schedules import SCHEDULES

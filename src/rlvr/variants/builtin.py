@@ -1,0 +1,13 @@
+"""Registers every built-in variant's parts by importing the modules that declare them.
+
+:mod:`rlvr.trainer.components` imports this module, so every built-in sampler, estimator, schedule, mask,
+filter and combination check is known before a run is checked. The variants' ``config`` modules are
+imported by :mod:`rlvr.config` instead (a section must validate before any part loads). A new built-in
+variant adds its registering modules here (``tests/test_variants_layout.py`` checks none is missing).
+"""
+
+import rlvr.variants.fbos  # noqa: F401
+import rlvr.variants.ib_tpo  # noqa: F401
+import rlvr.variants.mu_grpo.mask  # noqa: F401
+import rlvr.variants.mu_grpo.schedule  # noqa: F401
+import rlvr.variants.uec  # noqa: F401
