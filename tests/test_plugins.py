@@ -18,6 +18,8 @@ from rlvr.plugins import load_entry_points
 from rlvr.registry import CONFIG_SECTIONS, Registry
 from rlvr.schedules import SCHEDULES
 
+import rlvr.variants.builtin  # noqa: F401 (every built-in part registered before `isolated` saves the registries)
+
 SNAPSHOT = Path(__file__).with_name("config_snapshots") / "recipes_resolved.json"
 PLUGIN = '''
 from pydantic import BaseModel, ConfigDict

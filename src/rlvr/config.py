@@ -29,7 +29,6 @@ from rlvr.config_sections import (
     LoraConfig,
     ModelConfig,
     TaskConfig,
-    UECConfig,
     VLLMConfig,
     StrictModel,
 )
@@ -42,6 +41,7 @@ from rlvr.registry import CONFIG_SECTIONS
 # the built-in variants' sections (each module is pure pydantic and registers its own, so a config with
 # a variant's section validates before any part is loaded; rlvr.variants)
 import rlvr.variants.mu_grpo.config  # noqa: F401 (mu_grpo)
+import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 

@@ -1,13 +1,13 @@
 """The sections of the configuration tree (``model``, ``task``, ``logging``, ``eval``, the sampling
 switches, ``distributed``, ``env`` and the sections of the variants not yet in their own folder:
-``uec``, ``ib_tpo``, ``fbos``).
+``ib_tpo``, ``fbos``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
 :class:`~rlvr.config.RLConfig` and re-exports every class here. The variants' sections are not
 fields of ``RLConfig``: they are registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`, declared
 at the config layer so that a config builds without importing the variants; their parts declare the
 same models when they register), the way a plugin's part declares its own. A variant with its own
-folder keeps its section there (``rlvr/variants/mu_grpo/config.py``, imported by :mod:`rlvr.config`).
+folder keeps its section there (``rlvr/variants/<name>/config.py``, imported by :mod:`rlvr.config`).
 """
 
 from __future__ import annotations
@@ -323,41 +323,6 @@ class EvalConfig(StrictModel):
         return self
 
 
-class UECConfig(StrictModel):
-    """UEC-RL knobs (``docs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
-
-    ``None`` sizes derive from the batch geometry: ``update_size`` → ``generation_batch_size`` (N_upd =
-    B·G), ``pending_capacity`` → 4·N_upd, ``replay_capacity`` → ``replay_capacity_factor``·N_upd,
-    ``replay_min_size`` → N_upd, ``explore_top_p`` → ``top_p``.
-    """
-
-    hard_pass_rate_max: float = Field(0.0, ge=0, lt=1)
-    explore_num_generations: int = Field(20, ge=0)
-    explore_temperature: float = Field(1.1, gt=0)
-    explore_top_p: float | None = Field(None, gt=0, le=1)
-    explore_adv_grouping: Literal["separate", "pooled"] = "separate"
-    explore_logprob_temperature: float = Field(1.0, gt=0)
-    explore_is_correction: Literal["none", "tempered_is"] = "none"
-    explore_is_max_weight: float = Field(5.0, gt=0)
-    regular_adv_floor: float | None = Field(0.05, ge=0)
-    explore_filter: Literal["positive", "abs", "none"] = "positive"
-    explore_adv_floor: float = Field(0.0, ge=0)
-    drop_truncated_positive: bool = True
-    accumulate: Literal["pending", "none"] = "pending"
-    update_size: int | None = Field(None, ge=1)
-    pending_capacity: int | None = Field(None, ge=1)
-    replay_admission: Literal["positive", "abs"] = "positive"
-    replay_adv_threshold: float = Field(1.0, ge=0)
-    replay_capacity: int | None = Field(None, ge=1)
-    replay_capacity_factor: float = Field(2.0, gt=0)
-    replay_every: int = Field(5, ge=0)
-    replay_min_size: int | None = Field(None, ge=1)
-    replay_recompute_old_logprob: bool = False
-    replay_remove_after_use: bool = False
-    probe_rows: int = Field(32, ge=0)
-    token_diagnostics: bool = False
-
-
 class IBTPOConfig(StrictModel):
     """IB-TPO knobs (``docs/ib_tpo.md`` §3; every mechanic is a named switch).
 
@@ -525,5 +490,5 @@ class EnvConfig(StrictModel):
 
 
 # the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
-for _name, _model in (("env", EnvConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
+for _name, _model in (("env", EnvConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
     register_section(_name, _model)

@@ -10,4 +10,6 @@ import rlvr.variants.fbos  # noqa: F401
 import rlvr.variants.ib_tpo  # noqa: F401
 import rlvr.variants.mu_grpo.mask  # noqa: F401
 import rlvr.variants.mu_grpo.schedule  # noqa: F401
-import rlvr.variants.uec  # noqa: F401
+import rlvr.variants.uec_rl.retention  # noqa: F401
+import rlvr.variants.uec_rl.sampler  # noqa: F401
+import rlvr.variants.uec_rl.schedule  # noqa: F401
