@@ -24,7 +24,6 @@ from rlvr.config_sections import (
     EnvConfig,
     EvalConfig,
     FBOSConfig,
-    IBTPOConfig,
     LoggingConfig,
     LoraConfig,
     ModelConfig,
@@ -42,6 +41,7 @@ from rlvr.registry import CONFIG_SECTIONS
 # a variant's section validates before any part is loaded; rlvr.variants)
 import rlvr.variants.mu_grpo.config  # noqa: F401 (mu_grpo)
 import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
+import rlvr.variants.ib_tpo.config  # noqa: F401 (ib_tpo)
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 

@@ -7,7 +7,8 @@ variant adds its registering modules here (``tests/test_variants_layout.py`` che
 """
 
 import rlvr.variants.fbos  # noqa: F401
-import rlvr.variants.ib_tpo  # noqa: F401
+import rlvr.variants.ib_tpo.estimator  # noqa: F401
+import rlvr.variants.ib_tpo.sampler  # noqa: F401
 import rlvr.variants.mu_grpo.mask  # noqa: F401
 import rlvr.variants.mu_grpo.schedule  # noqa: F401
 import rlvr.variants.uec_rl.retention  # noqa: F401
