@@ -143,7 +143,7 @@ def test_installed_packages_register_through_the_entry_point_group(tmp_path, iso
 
 def test_a_part_declares_its_section_when_it_registers():
     import rlvr.trainer.components  # noqa: F401 (every built-in part)
-    from rlvr.config_sections import FBOSConfig
+    from rlvr.variants.fbos_rl.config import FBOSConfig
     from rlvr.variants.mu_grpo.config import MuGRPOConfig
     from rlvr.parts import ADV_ESTIMATORS, MASKS, SAMPLERS
 

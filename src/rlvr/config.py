@@ -23,7 +23,6 @@ from rlvr.config_sections import (
     DynamicSamplingConfig,
     EnvConfig,
     EvalConfig,
-    FBOSConfig,
     LoggingConfig,
     LoraConfig,
     ModelConfig,
@@ -42,6 +41,7 @@ from rlvr.registry import CONFIG_SECTIONS
 import rlvr.variants.mu_grpo.config  # noqa: F401 (mu_grpo)
 import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
 import rlvr.variants.ib_tpo.config  # noqa: F401 (ib_tpo)
+import rlvr.variants.fbos_rl.config  # noqa: F401 (fbos)
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 

@@ -1,13 +1,13 @@
 """The sections of the configuration tree (``model``, ``task``, ``logging``, ``eval``, the sampling
-switches, ``distributed``, ``env`` and the sections of the variants not yet in their own folder:
-``fbos``).
+switches, ``distributed``, ``vllm`` and ``env``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
-:class:`~rlvr.config.RLConfig` and re-exports every class here. The variants' sections are not
-fields of ``RLConfig``: they are registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`, declared
-at the config layer so that a config builds without importing the variants; their parts declare the
-same models when they register), the way a plugin's part declares its own. A variant with its own
-folder keeps its section there (``rlvr/variants/<name>/config.py``, imported by :mod:`rlvr.config`).
+:class:`~rlvr.config.RLConfig` and re-exports every class here. The variants' sections (``mu_grpo``,
+``uec``, ``ib_tpo``, ``fbos``) live in their folders, ``rlvr/variants/<name>/config.py``: like ``env``
+they are not fields of ``RLConfig`` but registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`),
+declared at the config layer (:mod:`rlvr.config` imports those modules) so that a config builds
+without importing the variants' parts, which declare the same models when they register, the way a
+plugin's part declares its own.
 """
 
 from __future__ import annotations
@@ -323,56 +323,6 @@ class EvalConfig(StrictModel):
         return self
 
 
-class FBOSConfig(StrictModel):
-    """FBOS-RL knobs (``docs/fbos_rl.md`` §3; every interpretation is a named switch).
-
-    ``initial_rollouts`` is ``G1`` (``None``: ``num_generations // 2``); ``G2 = num_generations − G1``.
-    ``fap_max_prompt_length`` ``None`` = ``max_prompt_length + prev_attempt_max_tokens + 256``.
-    ``fap_template`` ``None`` = the §2.5 template; a custom one must contain ``{problem}`` and
-    ``{attempt}`` and may contain ``{feedback_block}``. ``feedback_fn`` is ``module:function`` called as
-    ``fn(question, completion, reference_answer) -> str``. ``combine`` is accepted as an alias of
-    ``combine_mode``.
-    """
-
-    initial_rollouts: int | None = Field(None, ge=1)
-    trigger: Literal["any_fail", "all_fail"] = "any_fail"
-    parent_assignment: Literal["round_robin"] = "round_robin"
-    fill_mode: Literal["plain", "none"] = "plain"
-    feedback_level: Literal["none", "format", "answer_wrong", "gt_hint"] = "answer_wrong"
-    feedback_fn: str | None = None
-    fap_template: str | None = None
-    prev_attempt_max_tokens: int = Field(2048, ge=1)
-    fap_max_prompt_length: int | None = Field(None, ge=1)
-    epa_filter_meta_refs: bool = False
-    meta_ref_patterns: list[str] = Field(
-        default_factory=lambda: ["previous attempt", "the feedback", "checker said"]
-    )
-    epa_offpolicy_weight: Literal["shaping", "trunc_is", "plain"] = "shaping"
-    shaping_gamma: float = Field(0.1, gt=0)
-    trunc_is_cap: float = Field(2.0, gt=0)
-    epa_group: Literal["union", "initial_only"] = "union"
-    epa_fb_positive_only: bool = False
-    ecc_baseline: Literal["group", "parent"] = "group"
-    combine_mode: Literal["alternate", "joint"] = "alternate"
-    update_order: Literal["epa_first", "ecc_first"] = "epa_first"
-    ecc_weight: float = Field(1.0, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> "FBOSConfig":
-        import re
-
-        for p in self.meta_ref_patterns:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"fbos.meta_ref_patterns: {p!r} is not a valid regular expression ({exc})") from None
-        if self.feedback_fn is not None and ":" not in self.feedback_fn:
-            raise ValueError(f"fbos.feedback_fn must look like 'module:function', got {self.feedback_fn!r}")
-        if self.fap_template is not None and not all(k in self.fap_template for k in ("{problem}", "{attempt}")):
-            raise ValueError("fbos.fap_template must contain the placeholders {problem} and {attempt}")
-        return self
-
-
 class VLLMConfig(StrictModel):
     """The vLLM server engine (``engine: vllm``; ``rlvr.engines.vllm_engine``, docs/vllm.md).
 
@@ -437,6 +387,5 @@ class EnvConfig(StrictModel):
     timeout_s: float = Field(60.0, ge=0)
 
 
-# the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
-for _name, _model in (("env", EnvConfig), ("fbos", FBOSConfig)):
-    register_section(_name, _model)
+# the environment's section (the variants' sections are registered by rlvr/variants/<name>/config.py)
+register_section("env", EnvConfig)

@@ -10,12 +10,11 @@ name                      class                                                 
 ========================  =========================================================  ===================
 ``on_policy``             :class:`~rlvr.schedules.base.OnPolicySchedule`              GRPO family
 ``staged``                :class:`~rlvr.variants.mu_grpo.schedule.StagedSchedule`     μ-GRPO
-``fbos``                  :class:`~rlvr.schedules.fbos.AlternatingViews`               FBOS-RL
+``fbos``                  :class:`~rlvr.variants.fbos_rl.schedule.AlternatingViews`    FBOS-RL
 ``uec_replay``            :class:`~rlvr.variants.uec_rl.schedule.UECReplaySchedule`    UEC-RL
 ========================  =========================================================  ===================
 """
 
-from rlvr.schedules import fbos  # noqa: F401 (registers its schedule)
 from rlvr.schedules.base import (
     SCHEDULES,
     START_ACTIONS,

@@ -6,7 +6,9 @@ imported by :mod:`rlvr.config` instead (a section must validate before any part 
 variant adds its registering modules here (``tests/test_variants_layout.py`` checks none is missing).
 """
 
-import rlvr.variants.fbos  # noqa: F401
+import rlvr.variants.fbos_rl.estimator  # noqa: F401
+import rlvr.variants.fbos_rl.sampler  # noqa: F401
+import rlvr.variants.fbos_rl.schedule  # noqa: F401
 import rlvr.variants.ib_tpo.estimator  # noqa: F401
 import rlvr.variants.ib_tpo.sampler  # noqa: F401
 import rlvr.variants.mu_grpo.mask  # noqa: F401
