@@ -43,7 +43,7 @@ from rlvr.config import build_config  # noqa: E402
 from rlvr.engines.hf import HFEngine  # noqa: E402
 from rlvr.rewards import Scorer  # noqa: E402
 from rlvr.samplers.group import GroupSampler, PromptEncoder  # noqa: E402
-from rlvr.samplers.tree import IBTreeSampler  # noqa: E402
+from rlvr.variants.ib_tpo.sampler import IBTreeSampler  # noqa: E402
 from rlvr.tasks import build_task  # noqa: E402
 from rlvr.types import SamplingParams  # noqa: E402
 
@@ -195,7 +195,7 @@ def synthetic(out: dict, seeds: int = 5) -> None:
     import random as _random
     from types import SimpleNamespace
 
-    from rlvr.config import IBTPOConfig
+    from rlvr.variants.ib_tpo.config import IBTPOConfig
     from rlvr.tasks.base import Problem
     from rlvr.types import Generation
 

@@ -7,7 +7,8 @@ Prints, and writes to ``benchmarks/results/seam_metrics.json`` (or ``--out``):
   or inside a function) and ``importlib.import_module("rlvr…")`` with a literal name count as an edge, so
   lazy back-imports are cycles too; a package's ``__init__`` importing its submodules (also via ``pkgutil``) is an edge too;
 * upward imports: an edge from a lower layer to a higher one, layers per ``docs/architecture.md``
-  (imports under ``if TYPE_CHECKING:`` are skipped: they run nothing);
+  (imports under ``if TYPE_CHECKING:`` are skipped: they run nothing; a variant's ``config`` module is at
+  the config layer, see :func:`layer`);
 * private imports across packages (``from rlvr.x import _name``);
 * every ``meta`` access (``x.meta``, ``x.meta[...]``, ``x.meta.get(...)``, a ``meta`` field of a class), the
   distinct keys read or written through it, and variant names under ``trainer/`` (issues 13 and 24);
@@ -71,9 +72,14 @@ def module_name(path: Path, src: Path) -> str:
 
 
 def layer(mod: str) -> int | None:
+    """The module's layer: its top-level package's, except a variant's config section
+    (``rlvr.variants.<name>.config``), which is at the config layer: ``rlvr.config`` imports it so that the
+    section validates before any part loads, so it may import only that layer or lower ones."""
     parts = mod.split(".")
     if len(parts) < 2:
         return 0
+    if len(parts) == 4 and parts[1] == "variants" and parts[3] == "config":
+        return LAYERS["config"]
     return LAYERS.get(parts[1])
 
 

@@ -33,7 +33,7 @@ from rlvr.config import build_config
 from rlvr.eval.evaluate import evaluate
 from rlvr.samplers.group import GroupSampler, PromptEncoder
 from rlvr.tasks import build_task
-from rlvr.schedules.uec_replay import mean_token_entropy
+from rlvr.variants.uec_rl.schedule import mean_token_entropy
 from rlvr.testing import ModelPlanContext
 from rlvr.trainer.trainer import Trainer
 from rlvr.types import SamplingParams

@@ -18,6 +18,8 @@ from rlvr.plugins import load_entry_points
 from rlvr.registry import CONFIG_SECTIONS, Registry
 from rlvr.schedules import SCHEDULES
 
+import rlvr.variants.builtin  # noqa: F401 (every built-in part registered before `isolated` saves the registries)
+
 SNAPSHOT = Path(__file__).with_name("config_snapshots") / "recipes_resolved.json"
 PLUGIN = '''
 from pydantic import BaseModel, ConfigDict
@@ -141,7 +143,8 @@ def test_installed_packages_register_through_the_entry_point_group(tmp_path, iso
 
 def test_a_part_declares_its_section_when_it_registers():
     import rlvr.trainer.components  # noqa: F401 (every built-in part)
-    from rlvr.config_sections import FBOSConfig, MuGRPOConfig
+    from rlvr.variants.fbos_rl.config import FBOSConfig
+    from rlvr.variants.mu_grpo.config import MuGRPOConfig
     from rlvr.parts import ADV_ESTIMATORS, MASKS, SAMPLERS
 
     assert SCHEDULES.section_of("staged") == "mu_grpo" and MASKS.section_of("veto") == "mu_grpo"

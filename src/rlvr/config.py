@@ -23,14 +23,10 @@ from rlvr.config_sections import (
     DynamicSamplingConfig,
     EnvConfig,
     EvalConfig,
-    FBOSConfig,
-    IBTPOConfig,
     LoggingConfig,
     LoraConfig,
     ModelConfig,
-    MuGRPOConfig,
     TaskConfig,
-    UECConfig,
     VLLMConfig,
     StrictModel,
 )
@@ -39,6 +35,13 @@ from rlvr.errors import ConfigError
 from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
 from rlvr.registry import CONFIG_SECTIONS
+
+# the built-in variants' sections (each module is pure pydantic and registers its own, so a config with
+# a variant's section validates before any part is loaded; rlvr.variants)
+import rlvr.variants.mu_grpo.config  # noqa: F401 (mu_grpo)
+import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
+import rlvr.variants.ib_tpo.config  # noqa: F401 (ib_tpo)
+import rlvr.variants.fbos_rl.config  # noqa: F401 (fbos)
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 

@@ -1,11 +1,13 @@
 """The sections of the configuration tree (``model``, ``task``, ``logging``, ``eval``, the sampling
-switches, ``distributed`` and one section per variant: ``uec``, ``ib_tpo``, ``fbos``, ``mu_grpo``).
+switches, ``distributed``, ``vllm`` and ``env``).
 
 Each is a strict pydantic model (unknown keys are errors). :mod:`rlvr.config` assembles them into
-:class:`~rlvr.config.RLConfig` and re-exports every class here. The four variants' sections are not
-fields of ``RLConfig``: they are registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`, declared
-here so that a config builds without importing the variants; their parts declare the same models when
-they register), the way a plugin's part declares its own.
+:class:`~rlvr.config.RLConfig` and re-exports every class here. The variants' sections (``mu_grpo``,
+``uec``, ``ib_tpo``, ``fbos``) live in their folders, ``rlvr/variants/<name>/config.py``: like ``env``
+they are not fields of ``RLConfig`` but registered sections (:data:`rlvr.registry.CONFIG_SECTIONS`),
+declared at the config layer (:mod:`rlvr.config` imports those modules) so that a config builds
+without importing the variants' parts, which declare the same models when they register, the way a
+plugin's part declares its own.
 """
 
 from __future__ import annotations
@@ -321,160 +323,6 @@ class EvalConfig(StrictModel):
         return self
 
 
-class UECConfig(StrictModel):
-    """UEC-RL knobs (``docs/uec_rl.md`` §3; defaults: the ``uec_rl_math`` preset, ICR ``UEC-RL`` branch).
-
-    ``None`` sizes derive from the batch geometry: ``update_size`` → ``generation_batch_size`` (N_upd =
-    B·G), ``pending_capacity`` → 4·N_upd, ``replay_capacity`` → ``replay_capacity_factor``·N_upd,
-    ``replay_min_size`` → N_upd, ``explore_top_p`` → ``top_p``.
-    """
-
-    hard_pass_rate_max: float = Field(0.0, ge=0, lt=1)
-    explore_num_generations: int = Field(20, ge=0)
-    explore_temperature: float = Field(1.1, gt=0)
-    explore_top_p: float | None = Field(None, gt=0, le=1)
-    explore_adv_grouping: Literal["separate", "pooled"] = "separate"
-    explore_logprob_temperature: float = Field(1.0, gt=0)
-    explore_is_correction: Literal["none", "tempered_is"] = "none"
-    explore_is_max_weight: float = Field(5.0, gt=0)
-    regular_adv_floor: float | None = Field(0.05, ge=0)
-    explore_filter: Literal["positive", "abs", "none"] = "positive"
-    explore_adv_floor: float = Field(0.0, ge=0)
-    drop_truncated_positive: bool = True
-    accumulate: Literal["pending", "none"] = "pending"
-    update_size: int | None = Field(None, ge=1)
-    pending_capacity: int | None = Field(None, ge=1)
-    replay_admission: Literal["positive", "abs"] = "positive"
-    replay_adv_threshold: float = Field(1.0, ge=0)
-    replay_capacity: int | None = Field(None, ge=1)
-    replay_capacity_factor: float = Field(2.0, gt=0)
-    replay_every: int = Field(5, ge=0)
-    replay_min_size: int | None = Field(None, ge=1)
-    replay_recompute_old_logprob: bool = False
-    replay_remove_after_use: bool = False
-    probe_rows: int = Field(32, ge=0)
-    token_diagnostics: bool = False
-
-
-class IBTPOConfig(StrictModel):
-    """IB-TPO knobs (``docs/ib_tpo.md`` §3; every mechanic is a named switch).
-
-    ``None`` sizes derive from ``num_generations`` G: ``num_initial_chains`` → round(G ·
-    ``initial_chain_frac``), ``branches_per_round`` → max(1, G // 4) (4 at G = 16, 2 at G = 8).
-    ``branch_score=attention_fci`` (AttnRL) is not implemented and therefore not accepted.
-    """
-
-    num_initial_chains: int | None = Field(None, ge=1)
-    initial_chain_frac: float = Field(0.5, gt=0, le=1)
-    branches_per_round: int | None = Field(None, ge=1)
-    continuations_per_branch: int = Field(1, ge=1)
-    max_rounds: int = Field(8, ge=1)
-    max_children: int = Field(4, ge=2)
-    min_remaining_tokens: int = Field(64, ge=1)
-    path_branch_penalty: float = Field(0.1, ge=0)
-    leaf_target_factor: float = Field(1.5, gt=0)
-    token_budget: Literal["mean_length", "half_max"] = "mean_length"
-    allow_root_branch: bool = True
-    budget_counts: Literal["decode", "decode_plus_prefill"] = "decode"
-    projected_cost: Literal["mean_remaining", "max_remaining"] = "mean_remaining"
-    tie_break: Literal["deeper", "shallower", "random"] = "deeper"
-    branch_score: Literal["ib", "entropy", "random"] = "ib"
-    ib_form: Literal["h_plus_beta_i", "i_minus_beta_h", "i_over_h"] = "h_plus_beta_i"
-    ib_beta: float = Field(1.0, ge=0)
-    value_est: Literal["recursive", "leaf_mean"] = "recursive"
-    step_entropy: Literal["mean_surprisal", "head_surprisal"] = "mean_surprisal"
-    head_tokens: int = Field(16, ge=1)
-    step_split: Literal["paragraph", "fixed"] = "paragraph"
-    step_delimiter: str = "\n\n"
-    step_min_tokens: int = Field(16, ge=1)
-    step_max_tokens: int = Field(512, ge=1)
-    fixed_step_tokens: int = Field(256, ge=1)
-    ib_local: Literal["full", "value_only"] = "full"
-    ib_lambda: float = Field(0.1, ge=0)
-    ib_gate: bool = True
-    adv_scale: Literal["leaf_std", "none"] = "leaf_std"
-    prefix_weight: Literal["sqrt", "inv", "dedup"] = "sqrt"
-
-    @model_validator(mode="after")
-    def _check(self) -> "IBTPOConfig":
-        if self.ib_form == "i_over_h" and self.ib_local != "value_only":
-            raise ValueError("ib_tpo.ib_form=i_over_h is only allowed with ib_tpo.ib_local=value_only")
-        if self.step_min_tokens > self.step_max_tokens:
-            raise ValueError(
-                f"ib_tpo.step_min_tokens={self.step_min_tokens} exceeds ib_tpo.step_max_tokens={self.step_max_tokens}"
-            )
-        if not self.step_delimiter:
-            raise ValueError("ib_tpo.step_delimiter must be a non-empty string")
-        return self
-
-
-class FBOSConfig(StrictModel):
-    """FBOS-RL knobs (``docs/fbos_rl.md`` §3; every interpretation is a named switch).
-
-    ``initial_rollouts`` is ``G1`` (``None``: ``num_generations // 2``); ``G2 = num_generations − G1``.
-    ``fap_max_prompt_length`` ``None`` = ``max_prompt_length + prev_attempt_max_tokens + 256``.
-    ``fap_template`` ``None`` = the §2.5 template; a custom one must contain ``{problem}`` and
-    ``{attempt}`` and may contain ``{feedback_block}``. ``feedback_fn`` is ``module:function`` called as
-    ``fn(question, completion, reference_answer) -> str``. ``combine`` is accepted as an alias of
-    ``combine_mode``.
-    """
-
-    initial_rollouts: int | None = Field(None, ge=1)
-    trigger: Literal["any_fail", "all_fail"] = "any_fail"
-    parent_assignment: Literal["round_robin"] = "round_robin"
-    fill_mode: Literal["plain", "none"] = "plain"
-    feedback_level: Literal["none", "format", "answer_wrong", "gt_hint"] = "answer_wrong"
-    feedback_fn: str | None = None
-    fap_template: str | None = None
-    prev_attempt_max_tokens: int = Field(2048, ge=1)
-    fap_max_prompt_length: int | None = Field(None, ge=1)
-    epa_filter_meta_refs: bool = False
-    meta_ref_patterns: list[str] = Field(
-        default_factory=lambda: ["previous attempt", "the feedback", "checker said"]
-    )
-    epa_offpolicy_weight: Literal["shaping", "trunc_is", "plain"] = "shaping"
-    shaping_gamma: float = Field(0.1, gt=0)
-    trunc_is_cap: float = Field(2.0, gt=0)
-    epa_group: Literal["union", "initial_only"] = "union"
-    epa_fb_positive_only: bool = False
-    ecc_baseline: Literal["group", "parent"] = "group"
-    combine_mode: Literal["alternate", "joint"] = "alternate"
-    update_order: Literal["epa_first", "ecc_first"] = "epa_first"
-    ecc_weight: float = Field(1.0, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> "FBOSConfig":
-        import re
-
-        for p in self.meta_ref_patterns:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"fbos.meta_ref_patterns: {p!r} is not a valid regular expression ({exc})") from None
-        if self.feedback_fn is not None and ":" not in self.feedback_fn:
-            raise ValueError(f"fbos.feedback_fn must look like 'module:function', got {self.feedback_fn!r}")
-        if self.fap_template is not None and not all(k in self.fap_template for k in ("{problem}", "{attempt}")):
-            raise ValueError("fbos.fap_template must contain the placeholders {problem} and {attempt}")
-        return self
-
-
-class MuGRPOConfig(StrictModel):
-    """μ-GRPO (``docs/mu_grpo.md`` §3): the staged schedule's knobs and the negative-advantage veto.
-
-    μ itself is ``steps_per_generation`` (alias ``mu_grpo.mu``); the relaxed clip window is plain
-    ``epsilon=1.0, epsilon_high=4.0``. The veto acts when the ``veto`` mask is listed in
-    ``loss_masks``; the staged schedule when ``schedule: staged``.
-    """
-
-    veto_ratio_threshold: float = Field(1e-4, gt=0, le=1)
-    veto_scope: Literal["suffix", "nontrigger_suffix", "sequence", "trigger_only", "none"] = "suffix"
-    veto_denominator: Literal["drop", "keep"] = "drop"
-    veto_trigger: Literal["token", "prefix"] = "token"  # prefix: interpretation, see rlvr.core.veto
-    reset_optimizer_each_stage: bool = False
-    shuffle_groups_within_stage: bool = True
-    stage_prompt_draw: Literal["continue_loader", "fresh_shuffle"] = "continue_loader"
-
-
 class VLLMConfig(StrictModel):
     """The vLLM server engine (``engine: vllm``; ``rlvr.engines.vllm_engine``, docs/vllm.md).
 
@@ -539,6 +387,5 @@ class EnvConfig(StrictModel):
     timeout_s: float = Field(60.0, ge=0)
 
 
-# the variants' sections, in the order they had as RLConfig fields (their parts declare the same models)
-for _name, _model in (("env", EnvConfig), ("mu_grpo", MuGRPOConfig), ("uec", UECConfig), ("ib_tpo", IBTPOConfig), ("fbos", FBOSConfig)):
-    register_section(_name, _model)
+# the environment's section (the variants' sections are registered by rlvr/variants/<name>/config.py)
+register_section("env", EnvConfig)

@@ -160,7 +160,7 @@ class RolloutBatch:
 
     Structure a sampler attaches for its estimator (typed; :meth:`select` and :meth:`concat` keep it
     aligned with the rows):
-        tree_index: IB-TPO's trees, one plain dict per tree (:class:`rlvr.samplers.tree_struct.TreeIndex`
+        tree_index: IB-TPO's trees, one plain dict per tree (:class:`rlvr.variants.ib_tpo.tree_struct.TreeIndex`
             fields); ``rows[i]`` is the batch row of leaf ``paths[i]``.
         fbos_parent_row: ``N`` ints, the row of each feedback-guided row's parent attempt (−1: none).
         variable_group_sizes: groups may differ from ``num_generations`` rows (exploration groups, trees).

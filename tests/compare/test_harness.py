@@ -272,7 +272,7 @@ def test_fbos_arm_summary_uses_the_epa_phase(tmp_path, tiny):
     epa_g = [m["epa/actor/grad_norm"] for m in logged if "epa/actor/grad_norm" in m]
     epa_h = [m["epa/actor/entropy"] for m in logged if "epa/actor/entropy" in m]
     # 4 steps: an EPA step per round, an ECC step only in rounds whose ECC phase has signal (ToyTask's
-    # G2 = 2 FAP rollouts often score alike; schedules/fbos.py skips those), so 2 or more EPA steps
+    # G2 = 2 FAP rollouts often score alike; variants/fbos_rl/schedule.py skips those), so 2 or more EPA steps
     assert len(epa_g) >= 2 and any("ecc/actor/grad_norm" in m for m in logged)
     curve = [json.loads(x) for x in (run / "curve.jsonl").read_text().splitlines()]
     assert [c["actor/entropy"] for c in curve if "actor/entropy" in c] == pytest.approx(epa_h)

@@ -8,22 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.config import FBOSConfig
 from rlvr.core.advantages import grpo_advantages
 from rlvr.rewards import Scorer
-from rlvr.samplers.feedback import (
-    KIND_FEEDBACK,
-    KIND_ORIGINAL,
-    KIND_ORIGINAL_OFFPOLICY,
-    FeedbackSampler,
-    build_fap_text,
-    feedback_for_level,
-    round_robin_parents,
-)
 from rlvr.samplers.group import PromptEncoder
-from rlvr.types import SamplingParams
+from rlvr.types import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, SamplingParams
 from rlvr.parts import AdvantageContext
-from rlvr.variants.fbos import fbos_advantages
+from rlvr.variants.fbos_rl.config import FBOSConfig
+from rlvr.variants.fbos_rl.estimator import fbos_advantages
+from rlvr.variants.fbos_rl.fap import build_fap_text, feedback_for_level, round_robin_parents
+from rlvr.variants.fbos_rl.sampler import FeedbackSampler
 
 from fbos_fixtures import MARK, AddTask, ScriptedEngine, first_fap_correct
 

@@ -9,10 +9,10 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.core.advantages import grpo_advantages
-from rlvr.samplers.hard_prompt import EXPLORE_GROUP_OFFSET, HardPromptSampler
+from rlvr.variants.uec_rl.sampler import EXPLORE_GROUP_OFFSET, HardPromptSampler
 from rlvr.parts import ADV_ESTIMATORS, AdvantageContext, compute_advantages
 from rlvr.types import Generation, SamplingParams
-from rlvr.variants.uec import make_retention_filter
+from rlvr.variants.uec_rl.retention import make_retention_filter
 
 G, GX, T_EXP = 5, 20, 1.2
 

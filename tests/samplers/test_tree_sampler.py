@@ -1,4 +1,4 @@
-"""IB-TPO tree sampler (rlvr.samplers.tree): step segmentation, budget efficiency with a synthetic
+"""IB-TPO tree sampler (rlvr.variants.ib_tpo.sampler): step segmentation, budget efficiency with a synthetic
 equal-cost engine (docs/ib_tpo.md §7.1), extraction invariants, sampler vs trainer log-probs on the
 tiny model, no update from constant-reward trees, and the loss gradient with tree advantages."""
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from rlvr.testing import small_config
-from rlvr.config import IBTPOConfig
 from rlvr.core import tree as T
-from rlvr.samplers.tree import IBTreeSampler, PromptTree, TokenTexts, segment_steps
 from rlvr.tasks.base import Problem
-from rlvr.samplers.tree_struct import TreeIndex
 from rlvr.types import Generation, SamplingParams
 from rlvr.parts import AdvantageContext
-from rlvr.variants.ib_tpo import ib_tree_advantages
+from rlvr.variants.ib_tpo.config import IBTPOConfig
+from rlvr.variants.ib_tpo.estimator import ib_tree_advantages
+from rlvr.variants.ib_tpo.sampler import IBTreeSampler
+from rlvr.variants.ib_tpo.tree_struct import PromptTree, TokenTexts, TreeIndex, segment_steps
 
 EOS = 2
 
@@ -247,7 +247,7 @@ def _tree_with_rewards(prompt, spans, parents, rewards):
     t = PromptTree(0, prompt)
     for sp, p in zip(spans, parents):
         parent = t.nodes[p]
-        from rlvr.samplers.tree import TreeNode
+        from rlvr.variants.ib_tpo.tree_struct import TreeNode
 
         node = TreeNode(parent=p, tokens=list(sp), logps=[-1.0] * len(sp), start=parent.end, depth=parent.depth + 1)
         t.nodes.append(node)

@@ -12,7 +12,8 @@ import torch
 
 from rlvr.testing import ToyTask, small_config
 from rlvr.core.fbos import view_advantages
-from rlvr.samplers.feedback import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, build_fap_text
+from rlvr.types import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY
+from rlvr.variants.fbos_rl.fap import build_fap_text
 from rlvr.tasks.prompts import render_prompt
 from rlvr.schedules import OptimizerStep
 from rlvr.trainer.trainer import Trainer
@@ -221,7 +222,7 @@ def test_positive_only_epa_view_drops_negative_feedback_guided_rows(tmp_path, ti
 
 
 def test_primary_phase_names_the_update_on_the_original_prompt(tmp_path):
-    from rlvr.schedules.fbos import AlternatingViews
+    from rlvr.variants.fbos_rl.schedule import AlternatingViews
 
     assert AlternatingViews(small_config(tmp_path, *FBOS)).primary_phase == "epa"
     assert AlternatingViews(small_config(tmp_path, *FBOS, "fbos.combine_mode=joint")).primary_phase == "joint"

@@ -12,7 +12,7 @@ import torch
 from rlvr.testing import small_config
 from rlvr.trainer.components import MASKS, validate_components
 from rlvr.schedules import SCHEDULES
-from rlvr.schedules.staged import StagedSchedule
+from rlvr.variants.mu_grpo.schedule import StagedSchedule
 from rlvr.trainer.trainer import Trainer
 from rlvr.trainer.update import policy_update
 
@@ -199,7 +199,7 @@ def _grads(tr, batch, hook, rows_per_micro, scope="global"):
 
 
 def test_denominator_switch_drop_vs_keep(tmp_path, tiny, toy_task):
-    from rlvr.variants.mu_grpo import VetoMask
+    from rlvr.variants.mu_grpo.mask import VetoMask
 
     tr = make(tmp_path, tiny, toy_task, "max_completion_length=12")
     batch, neg = _stale_batch(tr)
@@ -225,7 +225,7 @@ def test_denominator_switch_drop_vs_keep(tmp_path, tiny, toy_task):
 def test_veto_zeroes_suffix_gradient_through_the_model(tmp_path, tiny, toy_task):
     """Only the vetoed suffix tokens change: the gradient equals that of a batch whose suffix tokens
     are removed from the completion mask by hand (drop: they leave the normaliser as well)."""
-    from rlvr.variants.mu_grpo import VetoMask
+    from rlvr.variants.mu_grpo.mask import VetoMask
 
     tr = make(tmp_path, tiny, toy_task, "max_completion_length=12")
     batch, neg = _stale_batch(tr)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.schedules.uec_replay import TrajectoryBuffer, UECReplaySchedule
+from rlvr.schedules.buffer import TrajectoryBuffer
+from rlvr.variants.uec_rl.schedule import UECReplaySchedule
 from rlvr.testing import ModelPlanContext
 from rlvr.types import RolloutBatch
 

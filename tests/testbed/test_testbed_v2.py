@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from rlvr.samplers.fap import build_fap_text
+from rlvr.variants.fbos_rl.fap import build_fap_text
 from rlvr.tasks.prompts import render_prompt
 from rlvr.testbed.mixture import FAP_TEMPLATE, V2_CHARS, failed_attempt, v2_example
 from rlvr.testbed.model import PRESETS, TestbedSpec, build_tokenizer, pretrain

@@ -111,7 +111,7 @@ def test_async_needs_a_server_engine(tmp_path):
         small_config(tmp_path, "max_async_level=1")
     from rlvr.trainer.components import validate_components
 
-    with pytest.raises(ConfigError, match="fresh_shuffle"):  # the mu_grpo section's check (rlvr.variants.mu_grpo)
+    with pytest.raises(ConfigError, match="fresh_shuffle"):  # the mu_grpo section's check (rlvr.variants.mu_grpo.schedule)
         validate_components(small_config(tmp_path, "max_async_level=1", "engine=vllm", "schedule=staged",
                                          "mu_grpo.stage_prompt_draw=fresh_shuffle"))
     with pytest.raises(ConfigError, match="vllm_importance_sampling_correction with max_async_level"):

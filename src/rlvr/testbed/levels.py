@@ -46,7 +46,7 @@ def level_table(model: Any, tok: Any, levels: Sequence[int], *, steps: int = 1, 
     """
     from rlvr.core.pass_at_k import pass_at_k
     from rlvr.engines.hf import HFEngine
-    from rlvr.samplers.fap import build_fap_text
+    from rlvr.variants.fbos_rl.fap import build_fap_text
     from rlvr.samplers.group import PromptEncoder
     from rlvr.tasks.prompts import render_prompt
     from rlvr.testbed.mixture import FAP_TEMPLATE

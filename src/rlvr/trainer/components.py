@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import rlvr.schedules  # noqa: F401 (registers the built-in schedules)
-import rlvr.variants  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
+import rlvr.schedules  # noqa: F401 (registers on_policy; the variants register theirs, below)
+import rlvr.variants.builtin  # noqa: F401 (registers the variants' samplers, estimators, masks, filters, checks)
 from rlvr.errors import ConfigError
 from rlvr.loggers import check_report_to
 from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS, SamplerContext

@@ -1,14 +1,11 @@
-"""Registration glue for the algorithm variants.
+"""The algorithm variants, one folder each: ``rlvr/variants/<name>/`` holds the variant's config section,
+sampler, estimator, schedule and masks; the pure math stays in :mod:`rlvr.core`.
 
-Each module here registers its parts (samplers, batch-level advantage estimators, loss masks, batch
-filters, config checks) with the registries' decorators (:mod:`rlvr.parts`) when imported; the math
-lives in ``rlvr.core``, samplers in ``rlvr.samplers`` and schedules in ``rlvr.schedules``. Importing
-this package imports every module in it (so adding a file is enough); :mod:`rlvr.trainer.components`
-imports the package. No module here imports the trainer.
+Each folder's ``__init__`` docstring reads the algorithm in order. The folder's ``config`` module is pure
+pydantic at the config layer (:mod:`rlvr.config` imports it, so a config with the variant's section
+validates before any part loads); its other modules register their parts with the registries' decorators
+(:mod:`rlvr.parts`, :mod:`rlvr.schedules`) when imported, and :mod:`rlvr.variants.builtin` imports them
+all (:mod:`rlvr.trainer.components` imports that module). Importing this package, or a variant's
+package, imports nothing else, so reading a config never loads torch through a variant. No module here
+imports the trainer.
 """
-
-import importlib
-import pkgutil
-
-for _mod in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_mod.name}")

@@ -1,11 +1,9 @@
-"""IB-TPO parts (``docs/ib_tpo.md``): the ``tree`` sampler, the ``ib_tree`` batch-level advantage
+"""IB-TPO's advantages and checks (``docs/ib_tpo.md`` §2.2–2.6): the ``ib_tree`` batch-level advantage
 estimator, the ``ib_logp_mismatch`` batch filter and the config check of the combination.
 
-- ``SAMPLERS["tree"]``: :class:`rlvr.samplers.tree.IBTreeSampler` built from ``cfg.ib_tpo``; it scores
-  its leaves, sets the prefix ``token_weights`` and attaches the tree index (``tree_index``).
 - ``ADV_ESTIMATORS["ib_tree"]``: :func:`ib_tree_advantages`, the step advantages of spec §2.6
   from the tree index and the batch's (shaped) rewards — so overlong shaping and ``kl_in_reward``
-  reach the tree advantages.
+  reach the tree advantages; the math (values, IB statistics, advantages) is :mod:`rlvr.core.tree`.
 - ``BATCH_FILTERS["ib_logp_mismatch"]``: logs ``ib/old_logp_mismatch`` (mean |trainer-recomputed −
   sampler| log-prob per token, spec §4) when the trainer computed ``old_logp``; passes rows through.
 - ``CONFIG_CHECKS["ib_tpo"]``: ``sampler: tree`` and ``adv_estimator: ib_tree`` only together.
@@ -19,22 +17,11 @@ from typing import Any
 import torch
 
 from rlvr.core import tree as T
-from rlvr.config_sections import IBTPOConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, AdvantageContext, SamplerContext
-from rlvr.samplers.tree import IBTreeSampler
-from rlvr.samplers.tree_struct import TreeIndex
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, AdvantageContext
 from rlvr.types import RolloutBatch
-
-
-@SAMPLERS.register("tree", config=IBTPOConfig, section="ib_tpo")
-def build_tree_sampler(ctx: SamplerContext) -> IBTreeSampler:
-    """``SAMPLERS["tree"]`` factory: an :class:`IBTreeSampler` configured by ``ctx.cfg.ib_tpo``."""
-    cfg = ctx.cfg
-    return IBTreeSampler(
-        ctx.engine, ctx.encoder, ctx.scorer, ctx.tokenizer, ctx.pad_token_id, cfg.ib_tpo,
-        cfg.max_completion_length, seed=cfg.seed,
-    )
+from rlvr.variants.ib_tpo.config import IBTPOConfig
+from rlvr.variants.ib_tpo.tree_struct import TreeIndex
 
 
 def _mean(x: list[float]) -> float:

@@ -1,5 +1,5 @@
 """The feedback-augmented prompt (FAP) of FBOS-RL: feedback text per level, the prompt template, parent
-choice and the ECC group ids (``docs/fbos_rl.md`` §2.3–§2.5). Used by :mod:`rlvr.samplers.feedback`.
+choice and the ECC group ids (``docs/fbos_rl.md`` §2.3–§2.5). Used by :mod:`rlvr.variants.fbos_rl.sampler`.
 """
 
 from __future__ import annotations

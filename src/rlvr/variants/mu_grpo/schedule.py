@@ -1,5 +1,7 @@
 """The staged schedule of μ-GRPO (``docs/mu_grpo.md`` §2.1): few very large rollout sets, μ updates each.
 
+Registers ``SCHEDULES["staged"]`` and ``CONFIG_CHECKS["mu_grpo"]`` (no overlap with a fresh prompt shuffle).
+
 A *stage* is one generation batch of ``generation_batch_size`` completions. The trainer already does
 the per-stage work that is common to every multi-update schedule (``grpo_core.md`` §3–4): it samples
 the stage in one generation phase (the engine decodes at most ``max_batch_size`` rows at a time, so
@@ -31,9 +33,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.config_sections import MuGRPOConfig
+from rlvr.errors import ConfigError
+from rlvr.parts import CONFIG_CHECKS
 from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext, split_groups
 from rlvr.types import RolloutBatch
+from rlvr.variants.mu_grpo.config import MuGRPOConfig
 
 
 class StagedSchedule:
@@ -114,7 +118,6 @@ class StagedSchedule:
         """Nothing to restore (see :meth:`state_dict`)."""
 
 
-
 @SCHEDULES.register("staged", config=MuGRPOConfig, section="mu_grpo")
 def make_staged(cfg: Any) -> StagedSchedule:
     """``SCHEDULES["staged"]``: :class:`StagedSchedule` from ``steps_per_generation``, ``num_iterations``,
@@ -124,3 +127,18 @@ def make_staged(cfg: Any) -> StagedSchedule:
         cfg.steps_per_generation, cfg.num_iterations, cfg.seed, shuffle_groups=m.shuffle_groups_within_stage,
         reset_optimizer_each_stage=m.reset_optimizer_each_stage, stage_prompt_draw=m.stage_prompt_draw,
     )
+
+
+@CONFIG_CHECKS.register("mu_grpo")
+def check_mu_grpo(cfg: Any) -> None:
+    """The staged schedule's fresh shuffle needs the stages drawn in order (no overlap).
+
+    Raises:
+        ConfigError: ``schedule: staged`` with ``mu_grpo.stage_prompt_draw=fresh_shuffle`` and
+            ``max_async_level > 0``.
+    """
+    if cfg.max_async_level > 0 and cfg.schedule == "staged" and cfg.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+        raise ConfigError(
+            "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
+            f"max_async_level={cfg.max_async_level} later stages are drawn before it: use continue_loader"
+        )

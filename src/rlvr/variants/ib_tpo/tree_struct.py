@@ -3,7 +3,7 @@
 
 Source: ``docs/ib_tpo.md`` §2.1 (steps, tree) and §2.7 (extraction). The tree stores the exact
 sampled token ids and behaviour log-probs; text is never re-tokenized. The sampler that grows these
-trees is :mod:`rlvr.samplers.tree`.
+trees is :mod:`rlvr.variants.ib_tpo.sampler`.
 """
 
 from __future__ import annotations

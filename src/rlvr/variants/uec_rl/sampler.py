@@ -1,5 +1,7 @@
 """UEC-RL targeted exploration: extra tempered rollouts for prompts whose regular group never passed.
 
+Registers ``SAMPLERS["hard_prompt"]`` (:class:`HardPromptSampler` from the ``uec:`` section).
+
 Regular round: ``G = num_generations`` completions per prompt at the run's temperature (1.0). The
 sampler scores them itself; every prompt with pass rate ≤ ``uec.hard_pass_rate_max`` (0: no success)
 then gets ``G′ = uec.explore_num_generations`` extra completions at ``t′ = uec.explore_temperature``,
@@ -26,8 +28,10 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.core.uec import hard_group_mask
+from rlvr.parts import SAMPLERS, SamplerContext
 from rlvr.samplers.group import GroupSampler, PromptEncoder
 from rlvr.types import KIND_EXPLORE, KIND_REGULAR, RolloutBatch, SamplingParams
+from rlvr.variants.uec_rl.config import UECConfig
 
 EXPLORE_GROUP_OFFSET = 500_000
 """Exploration group ids are ``first_group_id + EXPLORE_GROUP_OFFSET + p`` (separate grouping)."""
@@ -181,3 +185,15 @@ def _join(regular: RolloutBatch, explore: RolloutBatch, pad_token_id: int) -> Ro
     out.prompt_index = torch.cat([regular.prompt_index, explore_idx])  # concat shifted them; undo
     out.problems = problems
     return out
+
+
+@SAMPLERS.register("hard_prompt", config=UECConfig, section="uec")
+def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
+    """``SAMPLERS["hard_prompt"]``: a :class:`HardPromptSampler` configured from ``ctx.cfg.uec``."""
+    u = ctx.cfg.uec
+    return HardPromptSampler(
+        ctx.engine, ctx.encoder, ctx.scorer, ctx.pad_token_id,
+        explore_num_generations=u.explore_num_generations, explore_temperature=u.explore_temperature,
+        explore_top_p=u.explore_top_p, explore_logprob_temperature=u.explore_logprob_temperature,
+        explore_adv_grouping=u.explore_adv_grouping, hard_pass_rate_max=u.hard_pass_rate_max,
+    )

@@ -1,16 +1,10 @@
-"""UEC-RL (``docs/uec_rl.md``): registers its parts; the recipe ``uec_rl`` names them.
+"""UEC-RL's retention rule after advantages (``docs/uec_rl.md`` §2.4): registers ``BATCH_FILTERS["uec_retention"]``
+and ``CONFIG_CHECKS["uec"]``.
 
-* ``SAMPLERS["hard_prompt"]`` — :class:`rlvr.samplers.hard_prompt.HardPromptSampler` (targeted
-  exploration on zero-pass prompts, knobs ``uec.explore_*``, ``uec.hard_pass_rate_max``);
-* ``BATCH_FILTERS["uec_retention"]`` — the retention rule of §2.4 after advantages: regular rows need
-  ``|Â| > uec.regular_adv_floor``, exploration rows pass ``uec.explore_filter`` / ``uec.explore_adv_floor``,
-  truncated positive rows are dropped (``uec.drop_truncated_positive``);
+* ``BATCH_FILTERS["uec_retention"]`` — regular rows need ``|Â| > uec.regular_adv_floor``, exploration rows
+  pass ``uec.explore_filter`` / ``uec.explore_adv_floor``, truncated positive rows are dropped
+  (``uec.drop_truncated_positive``); the row predicates are :mod:`rlvr.core.uec`;
 * ``CONFIG_CHECKS["uec"]`` — the retention rule needs per-sequence advantages.
-
-The schedule ``SCHEDULES["uec_replay"]`` (accumulation to ``uec.update_size`` rows and the periodic
-replay stabiliser) is :class:`rlvr.schedules.uec_replay.UECReplaySchedule`.
-
-The advantage estimator, the loss and the optimizer loop are plain GRPO.
 """
 
 from __future__ import annotations
@@ -20,23 +14,10 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.uec import retention_mask, truncated_positive_mask
-from rlvr.config_sections import UECConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, SAMPLERS, SamplerContext
-from rlvr.samplers.hard_prompt import HardPromptSampler
+from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS
 from rlvr.types import KIND_EXPLORE, RolloutBatch
-
-
-@SAMPLERS.register("hard_prompt", config=UECConfig, section="uec")
-def make_hard_prompt_sampler(ctx: SamplerContext) -> HardPromptSampler:
-    """``SAMPLERS["hard_prompt"]``: a :class:`HardPromptSampler` configured from ``ctx.cfg.uec``."""
-    u = ctx.cfg.uec
-    return HardPromptSampler(
-        ctx.engine, ctx.encoder, ctx.scorer, ctx.pad_token_id,
-        explore_num_generations=u.explore_num_generations, explore_temperature=u.explore_temperature,
-        explore_top_p=u.explore_top_p, explore_logprob_temperature=u.explore_logprob_temperature,
-        explore_adv_grouping=u.explore_adv_grouping, hard_pass_rate_max=u.hard_pass_rate_max,
-    )
+from rlvr.variants.uec_rl.config import UECConfig
 
 
 @BATCH_FILTERS.register("uec_retention", config=UECConfig, section="uec")

@@ -1,6 +1,6 @@
 """IB-TPO tree sampling: IB-guided branching under a token budget and extraction of root-to-leaf paths
-into one :class:`~rlvr.types.RolloutBatch`. Step segmentation and the tree of token-id spans live in
-:mod:`rlvr.samplers.tree_struct` (re-exported here).
+into one :class:`~rlvr.types.RolloutBatch`; registers ``SAMPLERS["tree"]``. Step segmentation and the
+tree of token-id spans live in :mod:`rlvr.variants.ib_tpo.tree_struct`.
 
 Source: ``docs/ib_tpo.md`` §2.1 (steps, tree), §2.4 (IBTree sampling), §2.5 (budget), §2.7
 (extraction and weights); IB-TPO (Jiang et al., arXiv 2605.28109) for the structure ("branch where
@@ -22,11 +22,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.core import tree as T
+from rlvr.parts import SAMPLERS, SamplerContext
 from rlvr.samplers.group import generations_to_batch
-from rlvr.samplers.tree_struct import PromptTree, TokenTexts, TreeIndex, TreeNode, segment_steps
 from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
+from rlvr.variants.ib_tpo.config import IBTPOConfig
+from rlvr.variants.ib_tpo.tree_struct import PromptTree, TokenTexts, TreeIndex, segment_steps
 
-__all__ = ["IBTreeSampler", "PromptTree", "TokenTexts", "TreeIndex", "TreeNode", "segment_steps"]
+__all__ = ["IBTreeSampler", "build_tree_sampler"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -35,7 +37,7 @@ __all__ = ["IBTreeSampler", "PromptTree", "TokenTexts", "TreeIndex", "TreeNode",
 
 class IBTreeSampler:
     """IBTree sampling (spec §2.4) and prefix weights (§2.7); the tree advantages (§2.6) are the
-    batch-level estimator ``ib_tree`` (:func:`rlvr.variants.ib_tpo.ib_tree_advantages`).
+    batch-level estimator ``ib_tree`` (:func:`rlvr.variants.ib_tpo.estimator.ib_tree_advantages`).
 
     Per prompt: ``M`` initial chains, then up to ``max_rounds − 1`` rounds that fork ``T``
     continuations at the ``N`` candidate nodes with the highest ``score′(u) = IB̂(u) −
@@ -49,7 +51,7 @@ class IBTreeSampler:
         scorer: :class:`rlvr.rewards.Scorer`; each round's new leaves are scored in one ``score`` call.
         tokenizer: decodes leaves and single tokens (for paragraph steps).
         pad_token_id: right-padding id.
-        ib: the ``ib_tpo`` sub-config (:class:`rlvr.config.IBTPOConfig`).
+        ib: the ``ib_tpo`` section (:class:`rlvr.variants.ib_tpo.config.IBTPOConfig`).
         max_completion_length: cap on a root-to-leaf path in generated tokens.
         score_fn: optional override ``(tree, u, stats) -> float | None`` of the branch score (None
             excludes the node); for ablations and tests (e.g. forcing fork positions).
@@ -384,3 +386,13 @@ class IBTreeSampler:
             "ib/branch_depth_frac": mean([f for t in trees for f in t.fork_fracs]),
             "ib/verifier_errors": float(getattr(self, "score_errors", 0)),
         }
+
+
+@SAMPLERS.register("tree", config=IBTPOConfig, section="ib_tpo")
+def build_tree_sampler(ctx: SamplerContext) -> IBTreeSampler:
+    """``SAMPLERS["tree"]`` factory: an :class:`IBTreeSampler` configured by ``ctx.cfg.ib_tpo``."""
+    cfg = ctx.cfg
+    return IBTreeSampler(
+        ctx.engine, ctx.encoder, ctx.scorer, ctx.tokenizer, ctx.pad_token_id, cfg.ib_tpo,
+        cfg.max_completion_length, seed=cfg.seed,
+    )

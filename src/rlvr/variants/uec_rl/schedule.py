@@ -1,7 +1,7 @@
-"""Trajectory buffers and the UEC-RL schedule: update accumulation plus a periodic replay stabiliser.
+"""The UEC-RL schedule, ``SCHEDULES["uec_replay"]``: update accumulation plus a periodic replay stabiliser.
 
-:class:`~rlvr.schedules.buffer.TrajectoryBuffer` is a generic FIFO of rollout rows with an admission
-predicate (other variants can reuse it). :class:`UECReplaySchedule` wraps :class:`~rlvr.schedules.base.OnPolicySchedule`:
+Both buffers are the generic :class:`~rlvr.schedules.buffer.TrajectoryBuffer` (a FIFO of rollout rows with an
+admission predicate, reusable by any schedule). :class:`UECReplaySchedule` wraps :class:`~rlvr.schedules.base.OnPolicySchedule`:
 
 1. **accumulation** (``uec.accumulate = pending``): retained rows go into a FIFO ``pending`` buffer
    (capacity ``uec.pending_capacity``, default 4·N_upd); an update runs only when it holds at least
@@ -31,10 +31,10 @@ from typing import Any
 import torch
 
 from rlvr.core.uec import low_prob_positive_fraction, replay_admission_mask, tempered_is_weights
-from rlvr.config_sections import UECConfig
 from rlvr.schedules.base import SCHEDULES, OnPolicySchedule, OptimizerStep, PlanContext, split_groups
-from rlvr.schedules.buffer import AdmitFn, TrajectoryBuffer  # noqa: F401 (re-exported)
+from rlvr.schedules.buffer import TrajectoryBuffer
 from rlvr.types import KIND_EXPLORE, KIND_REGULAR, RolloutBatch
+from rlvr.variants.uec_rl.config import UECConfig
 
 def mean_token_entropy(ctx: PlanContext, batch: RolloutBatch) -> float:
     """Mean full-distribution entropy (nats, a float) over ``batch``'s completion tokens under the

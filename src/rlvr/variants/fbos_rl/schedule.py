@@ -1,4 +1,4 @@
-"""FBOS-RL's schedule: split one generation batch by context kind into the EPA and ECC optimizer
+"""FBOS-RL's schedule, ``SCHEDULES["fbos"]``: split one generation batch by context kind into the EPA and ECC optimizer
 batches, alternately (default) or jointly (``docs/fbos_rl.md`` §2.9).
 
 * ``fbos.combine_mode=alternate``: per pass, one optimizer step on the EPA view (original context,
@@ -41,9 +41,9 @@ from rlvr.core.fbos import epa_policy_loss, offpolicy_weight, view_normalised_we
 from rlvr.core.policy_loss import get_policy_loss
 from rlvr.errors import ConfigError
 from rlvr.core.masks import loss_weights
-from rlvr.config_sections import FBOSConfig
 from rlvr.schedules.base import SCHEDULES, OptimizerStep, PlanContext
 from rlvr.types import KIND_FEEDBACK, KIND_ORIGINAL, KIND_ORIGINAL_OFFPOLICY, RolloutBatch, is_epa_kind
+from rlvr.variants.fbos_rl.config import FBOSConfig
 
 
 def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:

@@ -1,8 +1,8 @@
-"""FBOS-RL parts (``docs/fbos_rl.md``): ``SAMPLERS["feedback"]`` (two-round feedback sampler), the
-advantage estimator ``ADV_ESTIMATORS["fbos"]`` (EPA and ECC view advantages) and
-``CONFIG_CHECKS["fbos"]``. The schedule ``SCHEDULES["fbos"]`` (EPA/ECC views, alternate or joint) lives in
-:mod:`rlvr.schedules.fbos`; ``POLICY_LOSSES["fbos_epa"]`` (the EPA per-token loss) in :mod:`rlvr.core.fbos`.
-Recipe: ``fbos_rl``.
+"""FBOS-RL's view advantages and the check that its parts go together (``docs/fbos_rl.md`` §2.6–§2.8):
+``ADV_ESTIMATORS["fbos"]`` (EPA and ECC view advantages) and ``CONFIG_CHECKS["fbos"]``.
+
+Importing this module also registers ``POLICY_LOSSES["fbos_epa"]`` (the EPA per-token loss, in
+:mod:`rlvr.core.fbos` with the rest of the pure math).
 """
 
 from __future__ import annotations
@@ -13,22 +13,10 @@ import torch
 
 import rlvr.core.fbos  # noqa: F401  (registers POLICY_LOSSES["fbos_epa"])
 from rlvr.core.fbos import ecc_advantages, view_advantages
-from rlvr.config_sections import FBOSConfig
 from rlvr.errors import ConfigError
-from rlvr.parts import ADV_ESTIMATORS, CONFIG_CHECKS, SAMPLERS, AdvantageContext, SamplerContext
-from rlvr.samplers.feedback import FeedbackSampler
+from rlvr.parts import ADV_ESTIMATORS, CONFIG_CHECKS, AdvantageContext
 from rlvr.types import RolloutBatch, is_epa_kind
-
-
-@SAMPLERS.register("feedback", config=FBOSConfig, section="fbos")
-def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
-    """``SAMPLERS["feedback"]``: a :class:`FeedbackSampler` wired from the run config (checked by
-    :func:`check_fbos` beforehand)."""
-    cfg = ctx.cfg
-    return FeedbackSampler(
-        ctx.engine, ctx.encoder, ctx.scorer, ctx.tokenizer, ctx.pad_token_id, cfg.fbos,
-        max_prompt_length=cfg.max_prompt_length,
-    )
+from rlvr.variants.fbos_rl.config import FBOSConfig
 
 
 @ADV_ESTIMATORS.register("fbos", config=FBOSConfig, section="fbos")

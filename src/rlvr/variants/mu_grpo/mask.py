@@ -1,8 +1,7 @@
-"""μ-GRPO (``docs/mu_grpo.md``): registers ``MASKS["veto"]`` (``SCHEDULES["staged"]`` is in :mod:`rlvr.schedules.staged`).
+"""μ-GRPO's negative-advantage veto (``docs/mu_grpo.md`` §2.3): registers ``MASKS["veto"]``.
 
-μ-GRPO is a schedule and a mask on top of GRPO: the recipe ``mu_grpo.yaml`` sets ``schedule: staged``,
-``loss_masks: [veto]``, μ = ``steps_per_generation`` and the relaxed window ``epsilon=1.0,
-epsilon_high=4.0``. The math is :mod:`rlvr.core.veto`; the schedule is :mod:`rlvr.schedules.staged`.
+The mask hook around the pure math of :mod:`rlvr.core.veto`; it acts on any schedule when ``veto`` is
+listed in ``loss_masks`` (the recipe pairs it with ``schedule: staged``, :mod:`rlvr.variants.mu_grpo.schedule`).
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from typing import Any
 import torch
 
 from rlvr.core.veto import VETO_SCOPES, VETO_TRIGGERS, neg_veto_mask, veto_metrics
-from rlvr.config_sections import MuGRPOConfig
-from rlvr.errors import ConfigError
-from rlvr.parts import CONFIG_CHECKS, MASKS
+from rlvr.parts import MASKS
 from rlvr.types import RolloutBatch
+from rlvr.variants.mu_grpo.config import MuGRPOConfig
 
 
 class VetoMask:
@@ -77,18 +75,3 @@ def make_veto_mask(cfg: Any) -> VetoMask:
     ``veto_denominator``, ``veto_trigger``."""
     m = cfg.mu_grpo
     return VetoMask(m.veto_ratio_threshold, m.veto_scope, m.veto_denominator, m.veto_trigger)
-
-
-@CONFIG_CHECKS.register("mu_grpo")
-def check_mu_grpo(cfg: Any) -> None:
-    """The staged schedule's fresh shuffle needs the stages drawn in order (no overlap).
-
-    Raises:
-        ConfigError: ``schedule: staged`` with ``mu_grpo.stage_prompt_draw=fresh_shuffle`` and
-            ``max_async_level > 0``.
-    """
-    if cfg.max_async_level > 0 and cfg.schedule == "staged" and cfg.mu_grpo.stage_prompt_draw == "fresh_shuffle":
-        raise ConfigError(
-            "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
-            f"max_async_level={cfg.max_async_level} later stages are drawn before it: use continue_loader"
-        )

@@ -1,5 +1,6 @@
 """FBOS-RL's two-round feedback sampler: initial rollouts from the original prompt, then rollouts from
-feedback-augmented prompts (FAP) built from a failed attempt and the verifier's feedback.
+feedback-augmented prompts (FAP) built from a failed attempt and the verifier's feedback. Registers
+``SAMPLERS["feedback"]``; the FAP pieces are :mod:`rlvr.variants.fbos_rl.fap`.
 
 Source: ``docs/fbos_rl.md`` §2.2 (training step, budget parity), §2.3 (trigger), §2.4 (feedback
 levels), §2.5 (FAP template), §2.6 (two views of the same tokens) and the implementation notes.
@@ -20,7 +21,7 @@ feedback-guided or fill); the ``feedback`` rows are a second view of already gen
 extra generations. EPA rows of prompt ``p`` share ``group_id = first_group_id + p``; ECC rows use
 ``−(first_group_id + p) − 1`` so the views never mix in group statistics. The sampler scores every
 row; the advantages of both views are the batch-level estimator ``fbos``
-(:func:`rlvr.variants.fbos.fbos_advantages`), run by the trainer after reward shaping.
+(:func:`rlvr.variants.fbos_rl.estimator.fbos_advantages`), run by the trainer after reward shaping.
 """
 
 from __future__ import annotations
@@ -33,22 +34,12 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.core.advantages import zero_std_group_fraction
+from rlvr.parts import SAMPLERS, SamplerContext
 from rlvr.rewards import ScoreStats
-from rlvr.samplers.fap import (  # noqa: F401 (re-exported: the FAP pieces of this sampler)
-    DEFAULT_FAP_TEMPLATE,
-    FEEDBACK_BLOCK,
-    _load_fn,
-    _Request,
-    _SecondRound,
-    build_fap_text,
-    ecc_group_id,
-    feedback_for_level,
-    round_robin_parents,
-)
 from rlvr.samplers.group import PromptEncoder, generations_to_batch
 from rlvr.tasks.base import Problem
 from rlvr.tasks.prompts import render_prompt
-from rlvr.types import (  # noqa: F401 (context kinds re-exported)
+from rlvr.types import (
     KIND_FEEDBACK,
     KIND_ORIGINAL,
     KIND_ORIGINAL_OFFPOLICY,
@@ -58,20 +49,19 @@ from rlvr.types import (  # noqa: F401 (context kinds re-exported)
     SamplingParams,
     is_epa_kind,
 )
+from rlvr.variants.fbos_rl.config import FBOSConfig
+from rlvr.variants.fbos_rl.fap import (
+    _load_fn,
+    _Request,
+    _SecondRound,
+    build_fap_text,
+    ecc_group_id,
+    feedback_for_level,
+    round_robin_parents,
+)
 
-__all__ = [
-    "DEFAULT_FAP_TEMPLATE",
-    "FEEDBACK_BLOCK",
-    "KIND_FEEDBACK",
-    "KIND_ORIGINAL",
-    "KIND_ORIGINAL_OFFPOLICY",
-    "FeedbackSampler",
-    "build_fap_text",
-    "ecc_group_id",
-    "feedback_for_level",
-    "is_epa_kind",
-    "round_robin_parents",
-]
+__all__ = ["FeedbackSampler", "make_feedback_sampler"]
+
 
 class FeedbackSampler:
     """Two-round sampler of FBOS-RL producing the EPA and ECC views in one batch.
@@ -82,7 +72,7 @@ class FeedbackSampler:
         scorer: fills rewards / correct / feedback / texts (:class:`rlvr.rewards.Scorer`).
         tokenizer: for decoding attempts and tokenizing FAPs.
         pad_token_id: right-padding id.
-        fbos: the ``fbos.*`` sub-config (:class:`rlvr.config.FBOSConfig`).
+        fbos: the ``fbos.*`` section (:class:`rlvr.variants.fbos_rl.config.FBOSConfig`).
         max_prompt_length: the run's prompt cap, used for the default FAP cap.
 
     ``fbos.feedback_level=gt_hint`` is accepted with a ``UserWarning`` (it leaks the label).
@@ -383,3 +373,14 @@ class _Row:
     feedback: str | None
     text: str
     parent: int
+
+
+@SAMPLERS.register("feedback", config=FBOSConfig, section="fbos")
+def make_feedback_sampler(ctx: SamplerContext) -> FeedbackSampler:
+    """``SAMPLERS["feedback"]``: a :class:`FeedbackSampler` wired from the run config (checked by
+    (:func:`rlvr.variants.fbos_rl.estimator.check_fbos` beforehand)."""
+    cfg = ctx.cfg
+    return FeedbackSampler(
+        ctx.engine, ctx.encoder, ctx.scorer, ctx.tokenizer, ctx.pad_token_id, cfg.fbos,
+        max_prompt_length=cfg.max_prompt_length,
+    )
