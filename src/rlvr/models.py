@@ -108,7 +108,9 @@ def load_policy(cfg: ModelConfig) -> tuple[Any, Any]:
     """
     from rlvr.precision import resolve_precision, set_model_precision
 
-    policy = resolve_precision(cfg.dtype, "cpu")
+    policy = resolve_precision(cfg.dtype, "cpu").with_switches(
+        lm_head_fp32=getattr(cfg, "cast_lm_head_to_fp32", False),
+        generation_autocast=getattr(cfg, "generation_autocast", False))
     dtype = policy.param_dtype
     name = cfg.name_or_path.strip()
     if name == "default":

@@ -18,7 +18,11 @@
   the model's weights (``model.dtype: bf16``: fp32 master weights, bf16 decode), the engine decodes with
   a bf16 copy of the weights (half the weight and KV-cache bytes per decode step), re-cast before each
   generation round of a new policy version (:meth:`HFEngine.sync_weights`; the trainer calls it); the
-  behaviour log-probs are then those of the bf16 model that sampled.
+  behaviour log-probs are then those of the bf16 model that sampled. With the policy's
+  ``generation_autocast`` (``bf16`` only) it decodes instead from the fp32 master weights under the trainer's
+  own autocast (one cast of each weight per :meth:`HFEngine.generate` call, autocast's cache), and with
+  ``lm_head_fp32`` it computes the next-token logits in float32 from the master head weight, as the
+  trainer's log-softmax then does (:class:`rlvr.precision.PrecisionPolicy`).
 
 Padding: contexts are left-padded; the attention mask hides the pads and explicit position ids
 (count of real tokens before a position) make a row's numbers independent of its batch-mates.
@@ -32,6 +36,7 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any, Callable, Mapping, Sequence
 
@@ -151,6 +156,9 @@ class HFEngine:
         self._synced_version: int | None = None  # the policy version of the last versioned sync
         want = getattr(precision, "generation_dtype", None)
         have = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        self._autocast = bool(getattr(precision, "decodes_under_autocast", False))
+        self._head_fp32 = bool(getattr(precision, "lm_head_fp32", False))
+        self._head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # fp32 head, set per generate call
         if want is not None and have is not None and want != have:
             self._decode_model = _cast_copy(model, want)
             self._synced = _param_fingerprint(model)
@@ -165,6 +173,12 @@ class HFEngine:
         params = inspect.signature(self._decode_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        if self._head_fp32:
+            from rlvr.model_split import decoder_of
+
+            self._decoder = decoder_of(self._decode_model)
+            self._decoder_cache_kw = ("cache" if "cache" in inspect.signature(self._decoder.forward).parameters
+                                      else "past_key_values")
 
     # ---------------------------------------------------------------------------------------------
     def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Any) -> None:
@@ -275,8 +289,14 @@ class HFEngine:
             generator = torch.Generator(device=device).manual_seed(int(params.seed))
         was_training = model.training
         model.eval()
+        if self._head_fp32:  # the master head weight (a no-op .float() for fp32 masters), once per call
+            from rlvr.model_split import lm_head_params
+
+            w, b = lm_head_params(self.model)
+            self._head = (w.detach().float(), b.detach().float() if b is not None else None)
+        precision_ctx = self.precision.autocast_context() if self._autocast else contextlib.nullcontext()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), precision_ctx:  # one autocast region: each weight cast once per call
                 if self.continuous:
                     from rlvr.engines.continuous import run_continuous
 
@@ -288,6 +308,7 @@ class HFEngine:
                         self.on_generated(sum(len(samples) for _, samples in chunk))
         finally:
             model.train(was_training)
+            self._head = None
         return results  # type: ignore[return-value]
 
     # ---------------------------------------------------------------------------------------------
@@ -316,7 +337,17 @@ class HFEngine:
         return chunks
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
-        """One cached forward; returns last-position logits ``[B, V]``."""
+        """One cached forward; returns last-position logits ``[B, V]`` (float32 from the fp32 head when the
+        policy asks for ``lm_head_fp32``: the decoder's last hidden state upcast, times the master weight,
+        autocast off)."""
+        if self._head is not None:
+            out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                                **{self._decoder_cache_kw: cache})
+            h = out.last_hidden_state[:, -1, :]
+            w, b = self._head
+            with torch.autocast(h.device.type, enabled=False):
+                z = h.float() @ w.t()
+                return z if b is None else z + b
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._has_logits_to_keep:
             kw["logits_to_keep"] = 1

@@ -20,9 +20,11 @@ from rlvr.errors import RlvrError
 from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
 
 
-def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
+def apply_precision(model: torch.nn.Module, requested: str, *, lm_head_fp32: bool = False,
+                    generation_autocast: bool = False) -> PrecisionPolicy:
     """Resolve ``model.dtype`` for the model's device and attach the policy to the model (and so to
-    every forward of it and to the default engine; :mod:`rlvr.precision`).
+    every forward of it and to the default engine; :mod:`rlvr.precision`), with the switches
+    ``model.cast_lm_head_to_fp32`` / ``model.generation_autocast`` (:meth:`PrecisionPolicy.with_switches`).
 
     Raises:
         RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
@@ -30,7 +32,8 @@ def apply_precision(model: torch.nn.Module, requested: str) -> PrecisionPolicy:
             the message says how to load it.
     """
     param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    policy = resolve_precision(requested, param.device if param is not None else "cpu")
+    policy = resolve_precision(requested, param.device if param is not None else "cpu").with_switches(
+        lm_head_fp32=lm_head_fp32, generation_autocast=generation_autocast)
     if param is not None and param.dtype != policy.param_dtype:
         raise RlvrError(
             f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "

@@ -143,7 +143,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.task = task
         self.output_dir = Path(output_dir or cfg.logging.output_dir)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.precision = apply_precision(model, cfg.model.dtype)
+        self.precision = apply_precision(model, cfg.model.dtype, lm_head_fp32=cfg.model.cast_lm_head_to_fp32,
+                                         generation_autocast=cfg.model.generation_autocast)
         validate_components(cfg)  # before a server is started
         check_filter_metric(cfg, task)
         self._attach_engine(engine, gen_model, lora, sharded)
