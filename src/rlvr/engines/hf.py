@@ -44,7 +44,7 @@ import torch
 
 from rlvr.engines.base import engine_eos_ids
 from rlvr.engines.kv_cache import new_cache as _new_cache
-from rlvr.engines.kv_cache import trim_left as _trim_left
+from rlvr.engines.kv_cache import trim_left as _trim_left  # noqa: F401  (re-exported old private name)
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
@@ -399,52 +399,9 @@ class HFEngine:
         generator: torch.Generator | None,
         results: list[list[Generation | None]],
     ) -> None:
-        device = next(self._decode_model.parameters()).device
-        cache, trimmable, logits, mask, lens, owners, row_cap = self._prefill(requests, chunk, params)
-        steps = int(row_cap.max())  # the chunk decodes until its longest cap
-        next_pos = lens.to(device)  # [B] position id of the token about to be fed
-        alive = list(range(len(owners)))  # batch row → owner index
-        toks: list[list[int]] = [[] for _ in owners]
-        lps: list[list[float]] = [[] for _ in owners]
-        finish = ["length"] * len(owners)
-        eos = torch.tensor(sorted(self.eos_token_ids), dtype=torch.long, device=device)
-        done = torch.zeros(len(owners), dtype=torch.bool, device=device)  # [B] finished, still in the batch
-        pad = torch.tensor(self.pad_token_id, dtype=torch.long, device=device)
-        waste = 0  # row-steps spent on finished rows since the last compaction
+        """Decode one chunk of :meth:`_plan` (at most ``max_batch_size`` rows): prefill, then the shrinking
+        batch until every row has finished (:func:`rlvr.engines.continuous.decode_pieces`, which given one
+        chunk never admits anything after its prefill)."""
+        from rlvr.engines.continuous import decode_pieces
 
-        for step in range(steps):
-            tok, lp = sample_from_logits(logits, params.temperature, params.top_p, params.top_k, generator)
-            ended = torch.isin(tok, eos) & ~done
-            tok_l, lp_l, ended_l, done_l = tok.tolist(), lp.tolist(), ended.tolist(), done.tolist()
-            for b, o in enumerate(alive):
-                if not done_l[b]:
-                    toks[o].append(tok_l[b])
-                    lps[o].append(lp_l[b])
-                    if ended_l[b]:
-                        finish[o] = "eos"
-            done |= ended | (row_cap <= step + 1)  # EOS, or this row's own cap reached ("length")
-            n_done = int(done.sum())
-            if n_done == len(alive) or step == steps - 1:
-                break
-            if n_done:
-                waste += n_done
-                if self.prune and waste >= self.prune_patience:
-                    keep = (~done).nonzero().flatten()  # [B'] rows still generating
-                    cache.batch_select_indices(keep)
-                    mask, next_pos, tok, done = mask[keep], next_pos[keep], tok[keep], done[keep]
-                    row_cap = row_cap[keep]
-                    alive = [alive[b] for b in keep.tolist()]
-                    waste = 0
-                    if trimmable:
-                        lead = int(mask.any(0).long().argmax())  # first column some live row uses
-                        if lead >= 8:
-                            _trim_left(cache, lead)
-                            mask = mask[:, lead:]
-                else:
-                    tok = torch.where(done, pad, tok)  # finished rows ride along on a pad token
-            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
-            logits = self._forward(tok[:, None], mask, next_pos[:, None], cache)
-            next_pos = next_pos + 1
-
-        for o, (i, s) in enumerate(owners):
-            results[i][s] = Generation(token_ids=toks[o], logprobs=lps[o], finish_reason=finish[o])  # type: ignore[arg-type]
+        decode_pieces(self, requests, chunk, params, generator, results)
