@@ -54,6 +54,22 @@ def _questions(path: str, field: str, limit: int) -> list[str]:
     return out
 
 
+def _agreement(a: list[list[list[int]]], b: list[list[list[int]]]) -> dict:
+    """Rows (samples) whose token ids are identical in ``a`` and ``b``, and for the others the index of the
+    first token that differs (median, min; None when all agree)."""
+    firsts = []
+    rows = 0
+    for ga, gb in zip(a, b):
+        for ta, tb in zip(ga, gb):
+            rows += 1
+            if ta != tb:
+                firsts.append(next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb))))
+    firsts.sort()
+    return {"rows": rows, "rows_identical": rows - len(firsts),
+            "first_diff_median": firsts[len(firsts) // 2] if firsts else None,
+            "first_diff_min": firsts[0] if firsts else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="tiny")
@@ -111,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
             if name not in best or row["tok_per_s"] > best[name]["tok_per_s"]:
                 best[name] = row
     same = outs["chunked"] == outs["continuous"]
+    agree = _agreement(outs["chunked"], outs["continuous"])
+    print(f"rows identical: {agree['rows_identical']} of {agree['rows']}; where they differ, first difference at "
+          f"token {agree['first_diff_median']} (median; min {agree['first_diff_min']})", flush=True)
     lengths = [len(t) for ts in outs["chunked"] for t in ts]
     shape = {"rows": len(lengths), "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
              "at_cap": sum(n >= r.max_new_tokens for n, r in zip(lengths, (r for r in reqs for _ in range(r.n))))}
@@ -123,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{best['chunked']['tok_per_s']:.1f} tok/s, continuous {best['continuous']['tok_per_s']:.1f} tok/s "
           f"({ratio:.2f}x); same tokens: {same}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"settings": vars(args), "machine": machine, "shape": shape,
+    Path(args.out).write_text(json.dumps({"settings": vars(args), "machine": machine, "shape": shape, "agreement": agree,
                                          "threads": torch.get_num_threads(), "best": best, "ratio": ratio, "same_tokens": same},
                                          indent=2))
     return 0
