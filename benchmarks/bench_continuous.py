@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{best['chunked']['tok_per_s']:.1f} tok/s, continuous {best['continuous']['tok_per_s']:.1f} tok/s "
           f"({ratio:.2f}x); same tokens: {same}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"settings": vars(args), "machine": machine, "shape": shape, "agreement": agree,
+    Path(args.out).write_text(json.dumps({"settings": {**vars(args), "data": Path(args.data).name if args.data else None}, "machine": machine, "shape": shape, "agreement": agree,
                                          "threads": torch.get_num_threads(), "best": best, "ratio": ratio, "same_tokens": same},
                                          indent=2))
     return 0

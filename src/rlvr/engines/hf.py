@@ -110,7 +110,8 @@ class HFEngine:
             frequencies untouched) and keeps it in sync (see :meth:`sync_weights`).
         continuous: continuous batching (:mod:`rlvr.engines.continuous`): when rows finish, waiting
             requests take their slots instead of waiting for the chunk's longest row. Greedy results are
-            the chunked loop's; seeded sampling is reproducible but draws differently (module docstring).
+            the chunked loop's up to float rounding (under bf16 near-tied argmaxes can flip); seeded
+            sampling is reproducible but draws differently (module docstring).
 
     Attributes:
         eos_token_ids: ``set[int]``.
