@@ -61,6 +61,7 @@ ALIASES: dict[str, tuple[str, Any]] = {
     "train.fsdp": ("distributed.fsdp", None),
     "tis_imp_ratio_cap": ("vllm_importance_sampling_clip_max", None),
     "rollout_is_threshold": ("vllm_importance_sampling_clip_max", None),
+    "cast_lm_head_to_fp32": ("model.cast_lm_head_to_fp32", None),  # TRL's GRPOConfig (top level)
     "vllm_importance_sampling_cap": ("vllm_importance_sampling_clip_max", None),
     "steps": ("max_steps", None),
     "uec.num_explore_generations": ("uec.explore_num_generations", None),

@@ -137,7 +137,15 @@ class ModelConfig(StrictModel):
     ``dtype`` is the precision policy (:mod:`rlvr.precision`): ``auto`` (bf16 autocast where bf16 is
     native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights)
     or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
-    ``fp16-pure``. ``lora``: train LoRA adapters instead of every weight (:class:`LoraConfig`)."""
+    ``fp16-pure``. ``lora``: train LoRA adapters instead of every weight (:class:`LoraConfig`).
+
+    Engine/trainer agreement under bf16 (``docs/precision.md``, ``benchmarks/logprob_agreement.py``):
+    ``cast_lm_head_to_fp32`` (TRL's ``GRPOConfig`` name; the top-level key is accepted as an alias) runs the LM
+    head's matmul in float32 in the trainer's log-softmax and in the HF engine's next-token logits;
+    ``generation_autocast`` makes the HF engine decode from the fp32 master weights under the trainer's
+    autocast instead of from a bf16 copy (``dtype=bf16`` only). Both off by default; together they halve the
+    median per-token |Δ log p| between the engine and the trainer on SmolLM2-135M (docs/precision.md). The
+    vLLM engine ignores both (its logits are in its served dtype)."""
 
     name_or_path: str = "default"
     gguf_file: str | None = None
@@ -145,6 +153,8 @@ class ModelConfig(StrictModel):
     dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "fp16-pure"] = "auto"
     revision: str | None = None
     gradient_checkpointing: bool = False
+    cast_lm_head_to_fp32: bool = False
+    generation_autocast: bool = False
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @field_validator("dtype", mode="before")

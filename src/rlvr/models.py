@@ -102,9 +102,9 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
             for ``"default"`` (the message gives the pip command); a GGUF, folder or hub id that
             transformers cannot load (the cause is chained).
     """
-    from rlvr.precision import resolve_precision, set_model_precision
+    from rlvr.precision import resolve_model_precision, set_model_precision
 
-    policy = precision if precision is not None else resolve_precision(cfg.dtype, "cpu")
+    policy = precision if precision is not None else resolve_model_precision(cfg, "cpu")
     model, tok = _load_named(cfg, policy.param_dtype)
     _finish(model, tok)
     set_model_precision(model, policy)

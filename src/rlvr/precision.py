@@ -49,6 +49,7 @@ measurement (bf16 matmuls ~4x faster than fp32 on an AVX-512-bf16 EPYC, ~46x slo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import platform
@@ -343,6 +344,15 @@ class PrecisionPolicy:
         reduce_dtype: dtype for gradient reductions across ranks (always float32; for FSDP2's
             ``MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)``).
         probe: the CPU probe behind an ``auto`` decision on CPU, else None.
+        lm_head_fp32: the LM head's matmul runs in float32 on both sides, from float32 operands (the hidden
+            states upcast, the master weight), with autocast off: the trainer's chunked log-softmax
+            (:mod:`rlvr.trainer.forward`) and the HF engine's next-token logits. Config
+            ``cast_lm_head_to_fp32`` (TRL's ``GRPOConfig`` name). Only changes anything under ``bf16`` and
+            the pure modes; the logits are then not rounded to bf16 (a quantum of 0.06-0.125 at logit
+            magnitudes of 8-32; ``benchmarks/logprob_agreement.py`` measures what it changes).
+        generation_autocast: under ``bf16``, the HF engine decodes from the float32 master weights under the
+            same autocast as the trainer's forward (its matmuls in bf16, norms and the residual stream in
+            float32), instead of from a bf16 copy of the weights. Config ``generation_autocast``.
     """
 
     mode: str
@@ -353,6 +363,8 @@ class PrecisionPolicy:
     compute_dtype: torch.dtype = torch.float32
     reduce_dtype: torch.dtype = torch.float32
     probe: CpuBf16Probe | None = field(default=None, compare=False)
+    lm_head_fp32: bool = False
+    generation_autocast: bool = False
 
     @property
     def autocast(self) -> bool:
@@ -361,8 +373,19 @@ class PrecisionPolicy:
 
     @property
     def generation_dtype(self) -> torch.dtype:
-        """dtype of the weights the engine decodes with (bf16 under ``bf16`` and ``bf16-pure``)."""
-        return self.compute_dtype
+        """dtype of the weights the engine decodes with (bf16 under ``bf16`` and ``bf16-pure``; the master
+        weights' dtype under ``bf16`` with :attr:`generation_autocast`, which decodes them under autocast)."""
+        return self.param_dtype if self.decodes_under_autocast else self.compute_dtype
+
+    @property
+    def decodes_under_autocast(self) -> bool:
+        """True when the HF engine decodes from the master weights inside :meth:`autocast_context`."""
+        return self.autocast and self.generation_autocast
+
+    def with_switches(self, *, lm_head_fp32: bool = False, generation_autocast: bool = False) -> "PrecisionPolicy":
+        """This policy with :attr:`lm_head_fp32` and :attr:`generation_autocast` set (``model.cast_lm_head_to_fp32``,
+        ``model.generation_autocast``); a new object, the policy is frozen."""
+        return dataclasses.replace(self, lm_head_fp32=bool(lm_head_fp32), generation_autocast=bool(generation_autocast))
 
     def autocast_context(self) -> contextlib.AbstractContextManager:
         """``torch.autocast(device_type, dtype=bfloat16)`` under ``bf16``, else a no-op context.
@@ -392,6 +415,7 @@ class PrecisionPolicy:
             "mode": self.mode, "requested": self.requested, "device_type": self.device_type, "reason": self.reason,
             "param_dtype": str(self.param_dtype).removeprefix("torch."),
             "compute_dtype": str(self.compute_dtype).removeprefix("torch."),
+            "lm_head_fp32": self.lm_head_fp32, "generation_autocast": self.generation_autocast,
         }
         if self.probe is not None:
             out["probe"] = {"native": self.probe.native, "method": self.probe.method, "flags": list(self.probe.flags),
@@ -465,6 +489,21 @@ def resolve_precision(requested: str = "auto", device: torch.device | str | None
 # the policy travels with the model
 
 _ATTR = "rlvr_precision"
+
+
+def resolve_model_precision(model_cfg: Any, device: torch.device | str | None = None) -> PrecisionPolicy:
+    """A model section's precision: ``model_cfg.dtype`` resolved for ``device``
+    (:func:`resolve_precision`) with the section's two agreement switches, ``cast_lm_head_to_fp32`` and
+    ``generation_autocast`` (:meth:`PrecisionPolicy.with_switches`; absent attributes read as off). The one
+    place a run turns its config into a policy, so the CLI, :func:`rlvr.models.load_policy` and a trainer
+    built from Python agree (interpretation: issue 24 item 6, "resolve precision once").
+
+    Raises:
+        ValueError: an unknown mode or a bad ``RLVR_CPU_BF16`` value (:func:`resolve_precision`).
+    """
+    return resolve_precision(model_cfg.dtype, device).with_switches(
+        lm_head_fp32=getattr(model_cfg, "cast_lm_head_to_fp32", False),
+        generation_autocast=getattr(model_cfg, "generation_autocast", False))
 
 
 def set_model_precision(model: Any, policy: PrecisionPolicy | None) -> None:

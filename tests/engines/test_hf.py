@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.engines import hf as hf_mod
+from rlvr.engines import continuous as loop_mod  # the decode loop (and its left trim) of both modes
 from rlvr.engines.base import Engine
 from rlvr.engines.hf import HFEngine
 from rlvr.engines.sampling import sample_from_logits
@@ -141,8 +141,8 @@ def test_logprobs_match_teacher_forcing(tiny, late_eos, temperature, cache, prun
     late_eos(22)
     model, tok = tiny
     trims = []
-    orig = hf_mod.trim_left
-    monkeypatch.setattr(hf_mod, "trim_left", lambda c, k: (trims.append(k), orig(c, k)))
+    orig = loop_mod.trim_left
+    monkeypatch.setattr(loop_mod, "trim_left", lambda c, k: (trims.append(k), orig(c, k)))
     eng = HFEngine(model, tok, cache=cache, prune=prune)
     reqs = _requests(tok)[1:] + [GenerationRequest(_requests(tok)[0].context_ids, n=1)]
     assert len({len(r.context_ids) for r in reqs}) == len(reqs)  # different context lengths in one batch

@@ -233,12 +233,12 @@ def _train(cfg, local_cfg, ckpt, env, task, args: argparse.Namespace | None = No
     from rlvr.trainer.lifecycle import RunInterrupted
     from rlvr.trainer.trainer import Trainer
 
-    from rlvr.precision import resolve_precision
+    from rlvr.precision import resolve_model_precision
 
     main_rank = env.rank == 0
     # model.dtype resolved once for the run's device (at the run's recorded precision on --resume): the
     # load, the sharding, the trainer's forwards and the engine all use this policy
-    precision = resolve_precision(local_cfg.model.dtype, env.device)
+    precision = resolve_model_precision(local_cfg.model, env.device)
     model, tokenizer = load_policy(local_cfg.model, precision=precision)
     out = Path(cfg.logging.output_dir)
     dp = None

@@ -9,12 +9,18 @@ both KV caches are left-padded to the wider one's length and concatenated along 
 attention masks (padding columns are masked, so a row's attention sees only its own tokens; positions are
 per row). Each row keeps its own cap, log-probs and finish reason.
 
-Results: greedy decoding (``temperature=0`` or ``top_k=1``) gives the same tokens as the chunked loop (a
-row's logits do not depend on the other rows beyond float rounding of the batched matmuls, which the tests
-find equal on the tiny model). Seeded *sampling* draws from one generator per call in batch-row order, so
+Results: greedy decoding (``temperature=0`` or ``top_k=1``) gives the same tokens as the chunked loop up to
+float rounding: a row's logits depend on the other rows only through the rounding of the batched matmuls and
+attention (row count, left-padding width), which the tests find equal on the tiny model in fp32. Under bf16 that
+rounding is coarse enough to flip near-tied argmaxes on a real model: on 64 GSM8K questions at <= 512 tokens with
+SmolLM2-135M the two loops' greedy completions part for some rows (``docs/benchmark.md``). Seeded *sampling* draws from one generator per call in batch-row order, so
 its draws depend on which rows share a step: with ``params.seed`` the result is reproducible for the same
 engine settings (``max_batch_size``, ``continuous``), but not equal to the chunked loop's, which
 interleaves the rows differently. Per-request generators would lift that; not built.
+
+One decode loop serves both modes (:func:`decode_pieces`): the chunked loop (``HFEngine._run_chunk``) is this
+loop given one chunk, which fits the batch whole, so nothing is ever admitted after its prefill and the batch
+only shrinks; continuous batching gives it every piece of the call.
 
 Source: interpretation of continuous (iteration-level) batching, Yu et al. 2022 ("Orca", §3.2), on
 transformers' KV cache.
@@ -31,7 +37,7 @@ from rlvr.engines.kv_cache import new_cache, trim_left
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams
 
-__all__ = ["merge_caches", "run_continuous"]
+__all__ = ["decode_pieces", "merge_caches", "run_continuous"]
 
 
 def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -102,11 +108,35 @@ def run_continuous(engine: Any, requests: Sequence[GenerationRequest], params: S
 
     ``engine`` is the :class:`rlvr.engines.hf.HFEngine` (its plan, prefill, forward, EOS ids and pruning
     settings); the model is in eval mode under inference mode (the caller's). See the module docstring for
-    what stays identical to the chunked loop.
+    what stays identical to the chunked loop. ``engine.on_generated`` is called with the rows of each compaction.
+    """
+    pieces = [piece for chunk in engine._plan(requests) for piece in chunk]
+    decode_pieces(engine, requests, pieces, params, generator, results, on_finished=engine.on_generated)
+
+
+def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Sequence[tuple[int, list[int]]],
+                  params: SamplingParams, generator: torch.Generator | None,
+                  results: list[list[Generation | None]], *, on_finished: Any = None) -> None:
+    """The one decode loop of :class:`rlvr.engines.hf.HFEngine`: decode the (request, sample indices)
+    ``pieces`` in order and fill ``results[i][s]`` with each sample's tokens, behaviour log-probs and finish.
+
+    The batch starts with the pieces that fit ``engine.max_batch_size``; each step samples every row
+    (:func:`rlvr.engines.sampling.sample_from_logits`, finished rows too, so the generator's draws do not
+    depend on when rows finish), records the live rows' tokens, and ends a row at EOS or its cap. Finished
+    rows ride along on a pad token until the row-steps spent on them reach ``engine.prune_patience`` (with
+    ``engine.prune``) or every row is done; then they are compacted away (left padding no live row needs is
+    trimmed) and the waiting pieces that fit are prefilled and merged in. Given one chunk of the engine's
+    plan (at most ``max_batch_size`` rows) nothing waits: that is the chunked, shrinking-batch loop.
+
+    Args:
+        on_finished: called with the number of rows dropped at each compaction, or None.
+
+    Source: interpretation (see the module docstring); the loop of ``HFEngine._run_chunk`` before the two
+    were merged, step for step.
     """
     device = next(engine._decode_model.parameters()).device
     config, kind = engine._decode_model.config, engine.cache_kind
-    queue = deque(piece for chunk in engine._plan(requests) for piece in chunk)
+    queue = deque(pieces)
     toks: dict[tuple[int, int], list[int]] = {}
     lps: dict[tuple[int, int], list[float]] = {}
     finish: dict[tuple[int, int], str] = {}
@@ -150,8 +180,8 @@ def run_continuous(engine: Any, requests: Sequence[GenerationRequest], params: S
         compacted = n_done == len(batch.owners) or (n_done > 0 and engine.prune and waste >= engine.prune_patience)
         if compacted:  # drop the finished rows (their slots are free for waiting requests)
             keep = (~batch.done).nonzero().flatten()
-            if engine.on_generated is not None:
-                engine.on_generated(n_done)
+            if on_finished is not None:
+                on_finished(n_done)
             tok = tok[keep]
             if keep.numel():
                 batch.select(keep)

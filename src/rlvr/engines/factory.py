@@ -39,7 +39,9 @@ def vllm_dtype(cfg: Any, model: Any = None) -> str:
     if policy is None:
         policy = resolve_precision(cfg.model.dtype, log=False)
     names = {v: k for k, v in _TORCH_DTYPES.items()}
-    return names.get(policy.generation_dtype, "float32")
+    # the compute dtype, not generation_dtype: vLLM has no autocast, so generation_autocast (an HF-engine
+    # option) does not make it serve float32 weights
+    return names.get(policy.compute_dtype, "float32")
 
 
 def check_engine_config(cfg: Any) -> None:

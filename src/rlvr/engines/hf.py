@@ -18,7 +18,11 @@
   the model's weights (``model.dtype: bf16``: fp32 master weights, bf16 decode), the engine decodes with
   a bf16 copy of the weights (half the weight and KV-cache bytes per decode step), re-cast before each
   generation round of a new policy version (:meth:`HFEngine.sync_weights`; the trainer calls it); the
-  behaviour log-probs are then those of the bf16 model that sampled.
+  behaviour log-probs are then those of the bf16 model that sampled. With the policy's
+  ``generation_autocast`` (``bf16`` only) it decodes instead from the fp32 master weights under the trainer's
+  own autocast (one cast of each weight per :meth:`HFEngine.generate` call, autocast's cache), and with
+  ``lm_head_fp32`` it computes the next-token logits in float32 from the master head weight, as the
+  trainer's log-softmax then does (:class:`rlvr.precision.PrecisionPolicy`).
 
 Padding: contexts are left-padded; the attention mask hides the pads and explicit position ids
 (count of real tokens before a position) make a row's numbers independent of its batch-mates.
@@ -32,13 +36,14 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from rlvr.engines.base import engine_eos_ids
-from rlvr.engines.kv_cache import new_cache, trim_left
+from rlvr.engines.kv_cache import new_cache
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
@@ -104,7 +109,8 @@ class HFEngine:
             frequencies untouched) and keeps it in sync (see :meth:`sync_weights`).
         continuous: continuous batching (:mod:`rlvr.engines.continuous`): when rows finish, waiting
             requests take their slots instead of waiting for the chunk's longest row. Greedy results are
-            the chunked loop's; seeded sampling is reproducible but draws differently (module docstring).
+            the chunked loop's up to float rounding (under bf16 near-tied argmaxes can flip); seeded
+            sampling is reproducible but draws differently (module docstring).
 
     Attributes:
         eos_token_ids: ``set[int]``.
@@ -150,6 +156,9 @@ class HFEngine:
         self._synced_version: int | None = None  # the policy version of the last versioned sync
         want = getattr(precision, "generation_dtype", None)
         have = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        self._autocast = bool(getattr(precision, "decodes_under_autocast", False))
+        self._head_fp32 = bool(getattr(precision, "lm_head_fp32", False))
+        self._head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # fp32 head, set per generate call
         if want is not None and have is not None and want != have:
             self._decode_model = _cast_copy(model, want)
             self._synced = _param_fingerprint(model)
@@ -164,6 +173,12 @@ class HFEngine:
         params = inspect.signature(self._decode_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        if self._head_fp32:
+            from rlvr.model_split import decoder_of
+
+            self._decoder = decoder_of(self._decode_model)
+            self._decoder_cache_kw = ("cache" if "cache" in inspect.signature(self._decoder.forward).parameters
+                                      else "past_key_values")
 
     # ---------------------------------------------------------------------------------------------
     def load_weights(self, state_dict: Mapping[str, torch.Tensor] | Any) -> None:
@@ -274,8 +289,14 @@ class HFEngine:
             generator = torch.Generator(device=device).manual_seed(int(params.seed))
         was_training = model.training
         model.eval()
+        if self._head_fp32:  # the master head weight (a no-op .float() for fp32 masters), once per call
+            from rlvr.model_split import lm_head_params
+
+            w, b = lm_head_params(self.model)
+            self._head = (w.detach().float(), b.detach().float() if b is not None else None)
+        precision_ctx = self.precision.autocast_context() if self._autocast else contextlib.nullcontext()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), precision_ctx:  # one autocast region: each weight cast once per call
                 if self.continuous:
                     from rlvr.engines.continuous import run_continuous
 
@@ -287,6 +308,7 @@ class HFEngine:
                         self.on_generated(sum(len(samples) for _, samples in chunk))
         finally:
             model.train(was_training)
+            self._head = None
         return results  # type: ignore[return-value]
 
     # ---------------------------------------------------------------------------------------------
@@ -315,7 +337,17 @@ class HFEngine:
         return chunks
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
-        """One cached forward; returns last-position logits ``[B, V]``."""
+        """One cached forward; returns last-position logits ``[B, V]`` (float32 from the fp32 head when the
+        policy asks for ``lm_head_fp32``: the decoder's last hidden state upcast, times the master weight,
+        autocast off)."""
+        if self._head is not None:
+            out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                                **{self._decoder_cache_kw: cache})
+            h = out.last_hidden_state[:, -1, :]
+            w, b = self._head
+            with torch.autocast(h.device.type, enabled=False):
+                z = h.float() @ w.t()
+                return z if b is None else z + b
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._has_logits_to_keep:
             kw["logits_to_keep"] = 1
@@ -367,52 +399,9 @@ class HFEngine:
         generator: torch.Generator | None,
         results: list[list[Generation | None]],
     ) -> None:
-        device = next(self._decode_model.parameters()).device
-        cache, trimmable, logits, mask, lens, owners, row_cap = self._prefill(requests, chunk, params)
-        steps = int(row_cap.max())  # the chunk decodes until its longest cap
-        next_pos = lens.to(device)  # [B] position id of the token about to be fed
-        alive = list(range(len(owners)))  # batch row → owner index
-        toks: list[list[int]] = [[] for _ in owners]
-        lps: list[list[float]] = [[] for _ in owners]
-        finish = ["length"] * len(owners)
-        eos = torch.tensor(sorted(self.eos_token_ids), dtype=torch.long, device=device)
-        done = torch.zeros(len(owners), dtype=torch.bool, device=device)  # [B] finished, still in the batch
-        pad = torch.tensor(self.pad_token_id, dtype=torch.long, device=device)
-        waste = 0  # row-steps spent on finished rows since the last compaction
+        """Decode one chunk of :meth:`_plan` (at most ``max_batch_size`` rows): prefill, then the shrinking
+        batch until every row has finished (:func:`rlvr.engines.continuous.decode_pieces`, which given one
+        chunk never admits anything after its prefill)."""
+        from rlvr.engines.continuous import decode_pieces
 
-        for step in range(steps):
-            tok, lp = sample_from_logits(logits, params.temperature, params.top_p, params.top_k, generator)
-            ended = torch.isin(tok, eos) & ~done
-            tok_l, lp_l, ended_l, done_l = tok.tolist(), lp.tolist(), ended.tolist(), done.tolist()
-            for b, o in enumerate(alive):
-                if not done_l[b]:
-                    toks[o].append(tok_l[b])
-                    lps[o].append(lp_l[b])
-                    if ended_l[b]:
-                        finish[o] = "eos"
-            done |= ended | (row_cap <= step + 1)  # EOS, or this row's own cap reached ("length")
-            n_done = int(done.sum())
-            if n_done == len(alive) or step == steps - 1:
-                break
-            if n_done:
-                waste += n_done
-                if self.prune and waste >= self.prune_patience:
-                    keep = (~done).nonzero().flatten()  # [B'] rows still generating
-                    cache.batch_select_indices(keep)
-                    mask, next_pos, tok, done = mask[keep], next_pos[keep], tok[keep], done[keep]
-                    row_cap = row_cap[keep]
-                    alive = [alive[b] for b in keep.tolist()]
-                    waste = 0
-                    if trimmable:
-                        lead = int(mask.any(0).long().argmax())  # first column some live row uses
-                        if lead >= 8:
-                            trim_left(cache, lead)
-                            mask = mask[:, lead:]
-                else:
-                    tok = torch.where(done, pad, tok)  # finished rows ride along on a pad token
-            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
-            logits = self._forward(tok[:, None], mask, next_pos[:, None], cache)
-            next_pos = next_pos + 1
-
-        for o, (i, s) in enumerate(owners):
-            results[i][s] = Generation(token_ids=toks[o], logprobs=lps[o], finish_reason=finish[o])  # type: ignore[arg-type]
+        decode_pieces(self, requests, chunk, params, generator, results)

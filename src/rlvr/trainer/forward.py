@@ -24,7 +24,7 @@ import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
 from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden
-from rlvr.precision import autocast_for
+from rlvr.precision import autocast_for, model_precision
 from rlvr.types import RolloutBatch
 
 
@@ -106,7 +106,9 @@ def _local_completion_logprobs(
 
     Precision: the model's policy (:func:`rlvr.precision.autocast_for`): under ``bf16`` the body and the
     LM head's matmuls run under bf16 autocast (their backward too); the log-softmax, the entropy and the
-    returned log-probs are float32 in every mode.
+    returned log-probs are float32 in every mode. With the policy's ``lm_head_fp32``
+    (``cast_lm_head_to_fp32``) the head's matmuls run in float32 (hidden states upcast, autocast off; its
+    gradients flow back through the casts), as the HF engine's logits then do.
 
     Device: the batch is on the CPU; the inputs go to the model's device (that of its LM-head weight) and
     the returned ``[n, T]`` tensors are on the batch's device again (gradients flow back through the copy).
@@ -134,11 +136,18 @@ def _completion_logprobs(model, batch, pad_token_id, chunk_size, with_entropy, e
         hidden = model_forward_hidden(model, input_ids.to(dev), attn.to(dev))  # [n, L, H]
         h = hidden[rows.to(dev), pred_pos[rows, cols].to(dev)]  # [k, H]
     targets = batch.completion_ids[rows, cols].to(dev)  # [k]
+    policy = model_precision(model)
+    head_ctx: Any = contextlib.nullcontext()
+    if policy is not None and policy.lm_head_fp32:  # cast_lm_head_to_fp32: fp32 operands, autocast off
+        head_ctx = torch.autocast(dev.type, enabled=False)
+        h, weight = h.float(), weight.float()
+        bias = bias.float() if bias is not None else None
     temps = batch.logprob_temperature.to(h.dtype)[rows].to(dev)  # [k]
-    logp_sel, ent_sel = selective_log_softmax_and_entropy(
-        h, weight, bias, targets, temperature=temps, chunk_size=chunk_size,
-        with_entropy=with_entropy, entropy_grad=entropy_grad,
-    )
+    with head_ctx:
+        logp_sel, ent_sel = selective_log_softmax_and_entropy(
+            h, weight, bias, targets, temperature=temps, chunk_size=chunk_size,
+            with_entropy=with_entropy, entropy_grad=entropy_grad,
+        )
     out = mask.device
     logp = torch.zeros(mask.shape, dtype=logp_sel.dtype)
     logp = logp.index_put((rows, cols), logp_sel.to(out))

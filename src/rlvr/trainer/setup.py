@@ -9,6 +9,7 @@ changes, not when the loop does.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from rlvr.config import RLConfig
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
-from rlvr.precision import PrecisionPolicy, resolve_precision, set_model_precision
+from rlvr.precision import PrecisionPolicy, resolve_model_precision, resolve_precision, set_model_precision
 
 
 def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPolicy | None = None) -> PrecisionPolicy:
@@ -44,8 +45,8 @@ def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPol
     return policy
 
 
-def resolve_run_precision(requested: str, model: torch.nn.Module, device: torch.device | str | None = None) -> PrecisionPolicy:
-    """``model.dtype`` (``requested``) resolved for where the run computes: ``device`` (a ``torchrun`` rank's
+def resolve_run_precision(model_cfg: Any, model: torch.nn.Module, device: torch.device | str | None = None) -> PrecisionPolicy:
+    """The model section's ``dtype`` and agreement switches (``model_cfg``; :func:`rlvr.precision.resolve_model_precision`) resolved for where the run computes: ``device`` (a ``torchrun`` rank's
     device, where the models are placed) or, without one, the device of the model's first floating-point
     weight (the CPU when it has none). A trainer built without the run's policy resolves it here, once
     (interpretation: issue 24, item 6, "resolve precision once").
@@ -56,7 +57,7 @@ def resolve_run_precision(requested: str, model: torch.nn.Module, device: torch.
     if device is None:
         param = next((p for p in model.parameters() if p.is_floating_point()), None)
         device = param.device if param is not None else "cpu"
-    return resolve_precision(requested, device)
+    return resolve_model_precision(model_cfg, device)
 
 
 def seed_everything(seed: int) -> None:

@@ -148,7 +148,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.rank = dp.rank if dp is not None else 0
         self.world_size = dp.world_size if dp is not None else 1
         self.precision = precision if precision is not None else resolve_run_precision(
-            cfg.model.dtype, model, dp.env.device if dp is not None else None)  # once: sharding, forwards, engine
+            cfg.model, model, dp.env.device if dp is not None else None)  # once: sharding, forwards, engine
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
         model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
