@@ -32,6 +32,7 @@ Speed measurements and the comparison with ``model.generate`` and continuous bat
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,6 +41,7 @@ import torch
 from rlvr.engines.base import engine_eos_ids
 from rlvr.engines.kv_cache import new_cache as _new_cache
 from rlvr.engines.kv_cache import trim_left as _trim_left
+from rlvr.engines.kv_reuse import KVStore, lookup, prime_cache, save_rows
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
@@ -155,6 +157,7 @@ class HFEngine:
             self._decode_model = _cast_copy(model, want)
             self._synced = _param_fingerprint(model)
         self.prune_patience = 8
+        self._kv: KVStore | None = None  # saved rows' KV caches inside kv_session()
         if eos_token_ids is None:
             eos_token_ids = engine_eos_ids(model, tokenizer)
         self.eos_token_ids: set[int] = {int(i) for i in eos_token_ids}
@@ -238,6 +241,23 @@ class HFEngine:
         if version is not None:
             self._synced_version = version
         return True
+
+    # ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def kv_session(self):
+        """Inside it, each sample row's KV cache is kept when the row finishes, and a later request whose
+        context starts with a kept row's tokens prefills only the rest (:mod:`rlvr.engines.kv_reuse`): the
+        later turns of multi-turn episodes (:class:`rlvr.samplers.multiturn.MultiTurnSampler` opens one
+        session per generation round). The weights must not change inside a session; the kept caches are
+        dropped at its end. No effect with ``continuous=True``. Yields the session's
+        :class:`rlvr.engines.kv_reuse.KVStore` (``hits``, ``reused_tokens``: how much was not recomputed).
+        """
+        outer = self._kv
+        self._kv = KVStore()
+        try:
+            yield self._kv
+        finally:
+            self._kv = outer
 
     # ---------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Generation]]:
@@ -336,18 +356,25 @@ class HFEngine:
         device = next(self._decode_model.parameters()).device
         contexts = [list(requests[i].context_ids) for i, _ in chunk]
         lens = torch.tensor([len(c) for c in contexts], dtype=torch.long)
-        width = int(lens.max())
+        hits = [lookup(self._kv, c) for c in contexts] if self._kv is not None and self._kv.rows else []
+        kept = [n for n, _ in hits] if any(n for n, _ in hits) else [0] * len(contexts)
+        new = [c[n:] for c, n in zip(contexts, kept)]  # what this prefill computes
+        width = max(len(c) for c in new)
         r = len(contexts)
         ids = torch.full((r, width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((r, width), dtype=torch.long)
-        for j, c in enumerate(contexts):  # left padding
+        for j, c in enumerate(new):  # left padding
             ids[j, width - len(c) :] = torch.tensor(c, dtype=torch.long)
             mask[j, width - len(c) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+        ids, mask = ids.to(device), mask.to(device)
 
         req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
-        cache, trimmable = _new_cache(self._decode_model.config, width + max(req_caps), self.cache_kind)
+        cache, trimmable = _new_cache(self._decode_model.config, max(kept) + width + max(req_caps), self.cache_kind)
+        if max(kept):  # kept rows first (right-aligned), then the new tokens: [pad | kept | pad | new]
+            mask = torch.cat([prime_cache(cache, [s for _, s in hits], kept, mask), mask], dim=1)
+            self._kv.hits += sum(n > 0 for n in kept)
+            self._kv.reused_tokens += sum(kept)
+        pos = ((mask.cumsum(-1) - 1).clamp_min(0))[:, mask.shape[1] - width:]
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples
@@ -391,7 +418,12 @@ class HFEngine:
                     lps[o].append(lp_l[b])
                     if ended_l[b]:
                         finish[o] = "eos"
-            done |= ended | (row_cap <= step + 1)  # EOS, or this row's own cap reached ("length")
+            finished = ended | ((row_cap <= step + 1) & ~done)
+            done |= finished  # EOS, or this row's own cap reached ("length")
+            if self._kv is not None and bool(finished.any()):  # keep what it attends to: context + all but its last token
+                rows = finished.nonzero().flatten().tolist()
+                save_rows(self._kv, cache, mask, rows,
+                          [list(requests[owners[alive[b]][0]].context_ids) + toks[alive[b]][:-1] for b in rows])
             n_done = int(done.sum())
             if n_done == len(alive) or step == steps - 1:
                 break

@@ -23,6 +23,7 @@ Source: issue 26 items 2, 8 and 9; interpretation of verl's agent loop (``respon
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -249,23 +250,9 @@ class MultiTurnSampler:
         """
         errors0, timeouts0 = self.faults.errors, self.faults.timeouts
         eps = self._reset(problems, num_generations, first_group_id)
-        turn = 0
-        while True:
-            for ep in eps:
-                if ep.live and len(ep.tokens) >= self.limits.max_tokens:
-                    ep.finish = "length"
-            live = [e for e in eps if e.live]
-            if not live:
-                break
-            turn += 1
-            starts = [len(e.tokens) for e in live]
-            self._generate(live, params, turn)
-            actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
-            outs = self._calls(live, "step", [(a,) for a in actions])
-            for ep, a in zip(live, actions):
-                ep.action = a
-            for ep, s, out in zip(live, starts, outs):
-                self._after_step(ep, out, ep.tokens[s:])
+        session = getattr(self.engine, "kv_session", None)  # HF engine: later turns prefill only what is new
+        with session() if callable(session) and self.limits.max_turns > 1 else contextlib.nullcontext():
+            self._turns(eps, params)
         closing = [e for e in eps if e.env is not None and callable(getattr(e.env, "close", None))]
         for ep, out in zip(closing, call_many([(e.env.close, (), time.monotonic() + max(e.env_time_left, 1.0))
                                                for e in closing])):
@@ -276,6 +263,26 @@ class MultiTurnSampler:
         batch.metrics = {**episode_metrics([e.summary() for e in eps]), "env/errors": float(self.faults.errors - errors0),
                                  "env/timeouts": float(self.faults.timeouts - timeouts0)}
         return batch
+
+    def _turns(self, eps: list[_Episode], params: SamplingParams) -> None:
+        """Take turns until no episode is live: one batched engine call over the live episodes, then their steps."""
+        turn = 0
+        while True:
+            for ep in eps:
+                if ep.live and len(ep.tokens) >= self.limits.max_tokens:
+                    ep.finish = "length"
+            live = [e for e in eps if e.live]
+            if not live:
+                return
+            turn += 1
+            starts = [len(e.tokens) for e in live]
+            self._generate(live, params, turn)
+            actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
+            outs = self._calls(live, "step", [(a,) for a in actions])
+            for ep, a in zip(live, actions):
+                ep.action = a
+            for ep, s, out in zip(live, starts, outs):
+                self._after_step(ep, out, ep.tokens[s:])
 
     def _to_batch(self, eps: list[_Episode], problems: Sequence[Any], params: SamplingParams,
                   policy_version: int) -> RolloutBatch:
