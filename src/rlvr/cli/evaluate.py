@@ -44,20 +44,6 @@ def _run_precisions(cfg, specs) -> dict[str, str]:
             follow_recorded_precision(cfg.model.dtype, s.path, context=f"eval {s.label}") for s in specs}
 
 
-def _episode_sampler_factory(cfg, tokenizer):
-    """With ``env.type`` set: ``(engine, encoder, scorer) -> MultiTurnSampler`` built from the run's ``env:``
-    exactly as training builds it (:func:`rlvr.samplers.multiturn.make_multiturn_sampler`), else None.
-    The config was checked before any model loaded (``CONFIG_CHECKS["env"]``)."""
-    if getattr(cfg, "env", None) is None or cfg.env.type is None:
-        return None
-    from rlvr.parts import SamplerContext
-    from rlvr.samplers.multiturn import make_multiturn_sampler
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return lambda engine, encoder, scorer: make_multiturn_sampler(
-        SamplerContext(cfg, engine, encoder, scorer, tokenizer, pad))
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``rlvr eval``: pass@k, maj@k and mean reward of one or more models, as JSON + Markdown + JSONL.
 
@@ -70,6 +56,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rlvr.eval.evaluate import evaluate
     from rlvr.eval.report import SamplesWriter, resolve_models, summary_row, write_report
     from rlvr.models import load_policy
+    from rlvr.samplers.multiturn import episode_sampler_factory
     from rlvr.tasks import build_task
 
     path = _check_eval_output(args, cfg)
@@ -113,7 +100,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 model, tokenizer = load_policy(cfg.model)
             writer.model = spec.label
             engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
-            episodes = _episode_sampler_factory(cfg, tokenizer)
+            episodes = episode_sampler_factory(cfg, tokenizer)
             try:
                 result = evaluate(
                     model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,

@@ -40,7 +40,8 @@ from rlvr.errors import ConfigError
 from rlvr.samplers.group import generations_to_batch
 from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
 
-__all__ = ["EpisodeLimits", "MultiTurnSampler", "build_env_factory", "check_env_config", "make_multiturn_sampler"]
+__all__ = ["EpisodeLimits", "MultiTurnSampler", "build_env_factory", "check_env_config", "episode_sampler_factory",
+           "make_multiturn_sampler"]
 
 EPISODE_FINISH = ("env_done", "max_turns", "length", "error", "timeout")
 """Episode finish reasons, logged as ``env/finish/<reason>`` (fractions of the round's episodes)."""
@@ -384,3 +385,17 @@ def make_multiturn_sampler(ctx: Any) -> MultiTurnSampler:
     limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens or cfg.env.max_turns * cfg.max_completion_length,
                            float(cfg.env.timeout_s))
     return MultiTurnSampler(ctx.engine, ctx.tokenizer, make, limits, ctx.encoder, ctx.pad_token_id)
+
+
+def episode_sampler_factory(cfg: Any, tokenizer: Any) -> Callable[[Any, Any, Any], MultiTurnSampler] | None:
+    """With ``env.type`` set: ``(engine, encoder, scorer) -> MultiTurnSampler`` built from the run's ``env:``
+    exactly as training builds it (:func:`make_multiturn_sampler`), for
+    :func:`rlvr.eval.evaluate.evaluate`'s ``make_sampler`` (``rlvr eval`` and ``rlvr compare``'s held-out
+    evaluation); else None. The config must have been checked (:func:`check_env_config`)."""
+    if getattr(cfg, "env", None) is None or cfg.env.type is None:
+        return None
+    from rlvr.parts import SamplerContext
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return lambda engine, encoder, scorer: make_multiturn_sampler(
+        SamplerContext(cfg, engine, encoder, scorer, tokenizer, pad))
