@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
           f"resets {t['reset_share']:.1%}, other {t['other_share']:.1%}; "
           f"{t['turns_mean']:.1f} turns, {t['tool_calls']:.1f} tool calls and {t['env_tokens']:.0f} environment tokens per episode")
     out = {"machine": machine, "args": vars(args), "model": args.model, "torch_threads": torch.get_num_threads(),
+           "decode_dtype": str(engine.decode_dtype).removeprefix("torch."),
            "arms": summ, "rounds": rows, "ratio": ratio, "ratio_recompute": ratio_recompute}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
