@@ -73,3 +73,16 @@ def test_no_session_keeps_nothing_and_a_partial_match_is_not_reused(tiny):
         assert store.hits == 0
         engine.generate([GenerationRequest([5, 9, 13] + list(g.token_ids) + [40], n=1)], params)
         assert store.hits == 1
+
+
+def test_a_used_row_is_freed(tiny):
+    model, tok = tiny
+    engine = HFEngine(model, tok, max_batch_size=8)
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    with engine.kv_session() as store:
+        (g,), = engine.generate([GenerationRequest([5, 9, 13], n=1)], params)
+        assert len(store.rows) == 1
+        engine.generate([GenerationRequest([5, 9, 13] + list(g.token_ids) + [40], n=1)], params)
+        assert store.hits == 1 and len(store.rows) == 1  # the turn-1 row was freed, the turn-2 row is kept
+        (key,) = store.rows
+        assert len(key) == 3 + len(g.token_ids) + 1 + 2  # prompt, turn 1, observation, turn 2 minus its last token

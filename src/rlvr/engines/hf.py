@@ -306,6 +306,8 @@ class HFEngine:
                     self._run_chunk(requests, chunk, params, generator, results)
                     if self.on_generated is not None:  # progress (rlvr.trainer): rows finished
                         self.on_generated(sum(len(samples) for _, samples in chunk))
+                if self._kv is not None:
+                    self._kv.free_used()
         finally:
             model.train(was_training)
         return results  # type: ignore[return-value]
@@ -374,6 +376,7 @@ class HFEngine:
             mask = torch.cat([prime_cache(cache, [s for _, s in hits], kept, mask), mask], dim=1)
             self._kv.hits += sum(n > 0 for n in kept)
             self._kv.reused_tokens += sum(kept)
+            self._kv.used.update(tuple(c[:n]) for c, n in zip(contexts, kept) if n)
         pos = ((mask.cumsum(-1) - 1).clamp_min(0))[:, mask.shape[1] - width:]
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 

@@ -5,7 +5,9 @@ environment's observation), so recomputing the whole context every turn makes a 
 ``rows × context`` tokens, which on a CPU outweighs the turn's own decoding. Inside
 :meth:`rlvr.engines.hf.HFEngine.kv_session`, the engine saves each sample row's keys and values when the row
 finishes (:func:`save_rows`: the positions the row attends to, compacted, keyed by the tokens they encode), and a
-later request whose context starts with a saved key prefills only the rest (:func:`lookup`, :func:`prime_cache`).
+later request whose context starts with a saved key prefills only the rest (:func:`lookup`, :func:`prime_cache`);
+a saved row that a call used is dropped at the end of that call (the continued row is saved again, longer, when it
+finishes), so a session holds about one call's rows at a time.
 
 Layout of a primed chunk, per row ``j`` (``a_j`` saved positions, ``s_j`` new tokens, ``A = max a``, ``S = max s``)::
 
@@ -34,19 +36,28 @@ Slices = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 class KVStore:
-    """Saved rows of one session: ``tokens (tuple) -> per-layer (keys, values)``, and the lengths present."""
+    """Saved rows of one session: ``tokens (tuple) -> per-layer (keys, values)``, the lengths present, the keys the
+    current call reused (``used``) and counters (``hits``: requests that reused a row, ``reused_tokens``)."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[int, ...], Slices] = {}
         self.lengths: set[int] = set()
         self.hits = 0
         self.reused_tokens = 0
+        self.used: set[tuple[int, ...]] = set()
 
     def put(self, key: tuple[int, ...], slices: Slices) -> None:
         """Save ``slices`` (the KV of the tokens ``key``)."""
         if key:
             self.rows[key] = slices
             self.lengths.add(len(key))
+
+    def free_used(self) -> None:
+        """Drop the rows a call reused (its requests were continued; their longer rows are saved instead)."""
+        for key in self.used:
+            self.rows.pop(key, None)
+        self.used.clear()
+        self.lengths = {len(k) for k in self.rows}
 
 
 def save_rows(store: KVStore, cache: Any, mask: torch.Tensor, rows: Sequence[int], keys: Sequence[Sequence[int]]) -> None:
