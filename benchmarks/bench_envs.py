@@ -6,6 +6,9 @@ rounds, the order rotated every round):
 * ``single``  — single-turn generation as training does it without an environment:
   :class:`rlvr.samplers.group.GroupSampler`, ``G`` samples of each of ``P`` prompts, ``turns × T`` new
   tokens each;
+* ``single_tools_prompt`` — the same, each prompt rendered as the ``tools`` episodes open (the tools'
+  schemas in the system turn: ~200 tokens on SmolLM2 instead of ~30), so that the only difference left to
+  ``tools`` is the turns;
 * ``tools``   — the ``tools`` environment (:class:`rlvr.envs.tools.ToolEnv`, the ``calculator`` tool)
   through :class:`rlvr.samplers.multiturn.MultiTurnSampler`: ``turns`` model turns of ``T`` tokens each,
   every turn but the last followed by a calculator call and its ``tool`` message. The same ``P × G ×
@@ -23,11 +26,15 @@ makes the call itself when the turn has none (``calculator`` on the problem's ex
 observation tokens rendered once per observation by the chat template, the environment's steps
 concurrently in threads.
 
-Reported per arm: generated (model) tokens per wall second, the fastest and the median round; for
+Reported per arm: generated (model) tokens per wall second, the fastest and the median round, and per CPU
+second of the process (``tok/cpu-s``: with ``--threads 1`` the number least disturbed by other users of a
+shared machine, as in ``bench_generate.py``); for
 ``tools`` also the share of its wall time in the engine, in environment steps (``tools``: parsing,
 the tool threads, the calculator), in chat-template rendering (the opening prompts and every
 observation: render + tokenize) and the rest (decoding actions, building the batch). The headline is
-``ratio`` = tools tok/s ÷ single tok/s (median rounds; target ≥ 0.8, docs/environments.md).
+``ratio`` = tools tok/s ÷ single tok/s (median rounds; target ≥ 0.8, docs/environments.md), and ``ratios``
+also against ``single_tools_prompt`` (what the turns cost) and for ``tools_recompute``. ``--arms`` picks the arms
+(``single`` and ``tools`` always; ``tools_recompute`` is slow on a CPU and off by default).
 
 Run (the default model, under the shared lock)::
 
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import statistics
@@ -58,9 +66,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 
 from rlvr.envs import Step  # noqa: E402
+from rlvr.envs.template import render_opening  # noqa: E402
 from rlvr.envs.tools import ToolCall, ToolEnv  # noqa: E402
 from rlvr.samplers.group import GroupSampler, PromptEncoder  # noqa: E402
 from rlvr.samplers.multiturn import EpisodeLimits, MultiTurnSampler  # noqa: E402
+from rlvr.tasks.prompts import build_messages  # noqa: E402
 from rlvr.types import SamplingParams  # noqa: E402
 
 from machine import print_machine  # noqa: E402  (benchmarks/machine.py)
@@ -151,14 +161,28 @@ def load(model_name: str) -> tuple[Any, Any]:
     return load_policy(ModelConfig(name_or_path=model_name))
 
 
-def run_single(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingParams) -> dict[str, Any]:
-    """One round of the ``single`` arm: generated tokens and wall seconds."""
-    encoder = PromptEncoder(tok, task.system_prompt, 4096)
+class _ToolsPromptEncoder(PromptEncoder):
+    """The prompt the ``tools`` episodes open with (the tools' schemas in it), for ``single_tools_prompt``."""
+
+    def __init__(self, tok: Any, system_prompt: str, tools: Any) -> None:
+        super().__init__(tok, system_prompt, 4096)
+        self.tools = tools
+
+    def text(self, problem: Any) -> str:
+        """The opening prompt of a ``tools`` episode of ``problem``."""
+        return render_opening(self.tokenizer, build_messages(problem, self.system_prompt), self.tools)
+
+
+def run_single(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingParams,
+               tools_prompt: bool = False) -> dict[str, Any]:
+    """One round of the ``single`` arm (``tools_prompt``: ``single_tools_prompt``): generated tokens and wall seconds."""
+    encoder = (_ToolsPromptEncoder(tok, task.system_prompt, BenchToolEnv(task).tools) if tools_prompt
+               else PromptEncoder(tok, task.system_prompt, 4096))
     sampler = GroupSampler(engine, encoder, tok.pad_token_id)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     batch = sampler.sample(task.problems(), G, params)
-    wall = time.perf_counter() - t
-    return {"tokens": int(batch.completion_mask.sum()), "wall_s": wall}
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    return {"tokens": int(batch.completion_mask.sum()), "wall_s": wall, "cpu_s": cpu, "prompt_tokens": len(encoder(task.problems()[0]))}
 
 
 def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingParams, turns: int,
@@ -185,14 +209,14 @@ def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingPa
     calls = sampler._calls
     sampler._calls = lambda eps, method, args: (timer.wrap("env_" + method, calls)(eps, method, args))
     try:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         batch = sampler.sample(task.problems(), G, SamplingParams(**{**params.__dict__, "max_new_tokens": turn_tokens}))
-        wall = time.perf_counter() - t
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
     finally:
         del engine.generate, engine.kv_session  # the instance attributes: back to the class's methods
     m = batch.metrics
     model_tokens = int(batch.model_mask.sum())
-    return {"tokens": model_tokens, "wall_s": wall, "turns_mean": m["env/turns_mean"],
+    return {"tokens": model_tokens, "wall_s": wall, "cpu_s": cpu, "turns_mean": m["env/turns_mean"],
             "tool_calls": m["env/tool_calls"], "env_tokens": m["env/env_tokens"],
             "engine_s": timer.s.get("engine", 0.0), "tools_s": timer.s.get("env_step", 0.0),
             "template_s": timer.s.get("template", 0.0), "reset_s": timer.s.get("env_reset", 0.0),
@@ -201,8 +225,10 @@ def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingPa
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["tokens"] / r["wall_s"] for r in rows]
+    cpu_rates = [r["tokens"] / r["cpu_s"] for r in rows if r["cpu_s"] > 0]
     out = {"rounds": len(rows), "tokens": rows[0]["tokens"], "tok_per_s_best": max(rates),
-           "tok_per_s_median": statistics.median(rates), "wall_s_median": statistics.median(r["wall_s"] for r in rows)}
+           "tok_per_s_median": statistics.median(rates), "wall_s_median": statistics.median(r["wall_s"] for r in rows),
+           "tok_per_cpu_s_median": statistics.median(cpu_rates) if cpu_rates else math.nan}
     if "engine_s" in rows[0]:
         for k in ("engine_s", "tools_s", "template_s", "reset_s"):
             out[k.replace("_s", "_share")] = statistics.median(r[k] / r["wall_s"] for r in rows)
@@ -220,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--turn-tokens", type=int, default=32, help="T tokens per model turn (single: turns × T)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every arm once, order rotated")
+    ap.add_argument("--arms", default="single,single_tools_prompt,tools",
+                    help="comma-separated, from single, single_tools_prompt, tools, tools_recompute (slow)")
     ap.add_argument("--eos", action="store_true", help="keep EOS (token counts then differ between arms)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -239,11 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     params = SamplingParams(temperature=1.0, max_new_tokens=args.turns * args.turn_tokens, seed=args.seed)
     arms: dict[str, Callable[[], dict[str, Any]]] = {
         "single": lambda: run_single(engine, tok, task, args.generations, params),
+        "single_tools_prompt": lambda: run_single(engine, tok, task, args.generations, params, tools_prompt=True),
         "tools": lambda: run_tools(engine, tok, task, args.generations, params, args.turns, args.turn_tokens),
         "tools_recompute": lambda: run_tools(engine, tok, task, args.generations, params, args.turns, args.turn_tokens,
                                              reuse=False),
     }
-    names = list(arms)
+    names = [a for a in args.arms.split(",") if a]
+    unknown = sorted(set(names) - set(arms))
+    if unknown or "single" not in names or "tools" not in names:
+        ap.error(f"--arms: need single and tools, from {', '.join(arms)}; got unknown {unknown}")
     rows: dict[str, list[dict[str, Any]]] = {a: [] for a in names}
     arms["single"]()  # warm-up (allocator, thread pools), not timed
     for r in range(args.repeats):
@@ -255,20 +287,31 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res['tokens'] / res['wall_s']:7.1f} tok/s", flush=True)
     summ = {a: _summary(rows[a]) for a in names}
     ratio = summ["tools"]["tok_per_s_median"] / summ["single"]["tok_per_s_median"]
-    ratio_recompute = summ["tools_recompute"]["tok_per_s_median"] / summ["single"]["tok_per_s_median"]
+    base = summ.get("single_tools_prompt", summ["single"])["tok_per_s_median"]
+    ratios = {f"tools/{a}": summ["tools"]["tok_per_s_median"] / summ[a]["tok_per_s_median"]
+              for a in ("single", "single_tools_prompt") if a in summ}
+    cpu_ratios = {f"tools/{a}": summ["tools"]["tok_per_cpu_s_median"] / summ[a]["tok_per_cpu_s_median"]
+                  for a in ("single", "single_tools_prompt") if a in summ}
+    if "tools_recompute" in summ:
+        ratios["tools_recompute/single"] = summ["tools_recompute"]["tok_per_s_median"] / summ["single"]["tok_per_s_median"]
+        ratios["tools_recompute/single_tools_prompt"] = summ["tools_recompute"]["tok_per_s_median"] / base
     t = summ["tools"]
-    print(f"\n| arm | generated tokens | tok/s (median) | tok/s (best) | wall s (median) |\n|---|---|---|---|---|")
+    print("\n| arm | generated tokens | tok/s (median) | tok/s (best) | tok/cpu-s (median) | wall s (median) |\n"
+          "|---|---|---|---|---|---|")
     for a in names:
         s = summ[a]
-        print(f"| {a} | {s['tokens']} | {s['tok_per_s_median']:.1f} | {s['tok_per_s_best']:.1f} | {s['wall_s_median']:.2f} |")
-    print(f"\nratio tools/single = {ratio:.2f} (target >= 0.8; recomputing every turn's context: "
-          f"{ratio_recompute:.2f}); tools time: engine {t['engine_share']:.1%}, "
+        print(f"| {a} | {s['tokens']} | {s['tok_per_s_median']:.1f} | {s['tok_per_s_best']:.1f} | "
+              f"{s['tok_per_cpu_s_median']:.1f} | {s['wall_s_median']:.2f} |")
+    print("\nratios (median tok/s; target tools >= 0.8x single): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+          + "; per CPU second: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu_ratios.items()))
+    print(f"tools time: engine {t['engine_share']:.1%}, "
           f"environment steps (tools) {t['tools_share']:.1%}, template rendering {t['template_share']:.1%}, "
           f"resets {t['reset_share']:.1%}, other {t['other_share']:.1%}; "
           f"{t['turns_mean']:.1f} turns, {t['tool_calls']:.1f} tool calls and {t['env_tokens']:.0f} environment tokens per episode")
     out = {"machine": machine, "args": vars(args), "model": args.model, "torch_threads": torch.get_num_threads(),
            "decode_dtype": str(engine.decode_dtype).removeprefix("torch."),
-           "arms": summ, "rounds": rows, "ratio": ratio, "ratio_recompute": ratio_recompute}
+           "arms": summ, "rounds": rows, "ratio": ratio, "ratios": ratios,
+           "cpu_ratios": cpu_ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(f"wrote {args.out}")

@@ -16,12 +16,15 @@ def test_bench_envs_runs_on_the_tiny_model(tmp_path, capsys):
     out = tmp_path / "bench_envs.json"
     P, G, turns, T = 2, 2, 3, 3
     assert bench.main(["--model", "tiny", "--prompts", str(P), "--generations", str(G), "--turns", str(turns),
-                       "--turn-tokens", str(T), "--repeats", "2", "--out", str(out)]) == 0
+                       "--turn-tokens", str(T), "--repeats", "2", "--out", str(out),
+                       "--arms", "single,single_tools_prompt,tools,tools_recompute"]) == 0
     printed = capsys.readouterr().out
-    assert "CPU:" in printed and "| tools |" in printed and "ratio tools/single" in printed
+    assert "CPU:" in printed and "| tools |" in printed and "tools/single_tools_prompt" in printed
     res = json.loads(out.read_text())
     arms = res["arms"]
-    assert set(arms) == {"single", "tools", "tools_recompute"}
+    assert set(arms) == {"single", "single_tools_prompt", "tools", "tools_recompute"}
+    # the same-prompt arm opens with the tools episodes' prompt (the schemas make it longer)
+    assert res["rounds"]["single_tools_prompt"][0]["prompt_tokens"] > res["rounds"]["single"][0]["prompt_tokens"]
     assert all(a["rounds"] == 2 for a in arms.values())
     assert {a["tokens"] for a in arms.values()} == {P * G * turns * T}  # equal generated tokens (EOS off)
     for name in ("tools", "tools_recompute"):
@@ -33,4 +36,8 @@ def test_bench_envs_runs_on_the_tiny_model(tmp_path, capsys):
     assert arms["tools"]["kv_reused_tokens"] > 0
     assert arms["tools_recompute"]["kv_hits"] == 0
     assert res["ratio"] == arms["tools"]["tok_per_s_median"] / arms["single"]["tok_per_s_median"]
+    assert set(res["cpu_ratios"]) == {"tools/single", "tools/single_tools_prompt"}
+    assert all(a["tok_per_cpu_s_median"] > 0 for a in arms.values())
+    assert set(res["ratios"]) == {"tools/single", "tools/single_tools_prompt", "tools_recompute/single",
+                                  "tools_recompute/single_tools_prompt"}
     assert "matmul_gflop_per_s" in res["machine"]
