@@ -2,7 +2,8 @@
 and pass@1 of the pre-trained policy (``initial``) and after GRPO, with 95 % intervals.
 
 Reads an ``rlvr compare`` folder (``OUT/<arm>/seed<k>/result.json``, e.g. of
-``docs/results/testbed_tools_compare.yaml``) and prints a Markdown table, one row per metric:
+``docs/results/testbed_tools_compare.yaml``) or a folder of their flat copies (``<arm>.seed<k>.result.json``, as
+``docs/results/testbed_tools/`` keeps them) and prints a Markdown table, one row per metric:
 
 * ``initial``: the pre-trained policy is one policy and the held-out evaluation is the same for every seed
   (same problems, same sampling seed), so its value is one number; its 95 % interval is over the held-out
@@ -12,7 +13,8 @@ Reads an ``rlvr compare`` folder (``OUT/<arm>/seed<k>/result.json``, e.g. of
   (:func:`rlvr.compare.claim_values.t_interval`);
 * ``after − initial``: the per-seed differences' mean ± 95 % t half-width, and how many seeds went up.
 
-Usage: ``python benchmarks/testbed_tools_table.py runs/compare/testbed_tools [--arm grpo] [--json out.json]``.
+Usage: ``python benchmarks/testbed_tools_table.py runs/compare/testbed_tools [--arm grpo] [--json out.json]``
+(or ``docs/results/testbed_tools``).
 Source: interpretation of issue 26 item 7 ("with 5 seeds and 95 % intervals").
 """
 
@@ -41,6 +43,8 @@ def load(folder: str | Path, arm: str) -> tuple[dict[int, dict[str, Any]], dict[
     for name in ("initial", arm):
         got = {int(p.parent.name.removeprefix("seed")): json.loads(p.read_text())
                for p in sorted(Path(folder).glob(f"{name}/seed*/result.json"))}
+        got.update({int(p.name.split(".")[-3].removeprefix("seed")): json.loads(p.read_text())  # the docs' flat copies
+                    for p in sorted(Path(folder).glob(f"{name}.seed*.result.json"))})
         if not got:
             raise FileNotFoundError(f"{folder}: no {name}/seed*/result.json (run the compare spec with eval.baseline)")
         out.append(got)

@@ -98,5 +98,10 @@ def test_compare_evaluates_episodes_and_the_table_reports_tool_rate_before_and_a
     init0 = json.loads((tmp_path / "cmp/initial/seed0/result.json").read_text())["eval/env/tool_rate"]
     assert s["initial"] == init0
     assert abs(s["diff_mean"] - (s["after_mean"] - init0)) < 1e-12  # the same policy before every seed
+    flat = tmp_path / "flat"  # the docs keep flat copies <arm>.seed<k>.result.json: the same table from them
+    flat.mkdir()
+    for f in (tmp_path / "cmp").glob("*/seed*/result.json"):
+        (flat / f"{f.parent.parent.name}.{f.parent.name}.result.json").write_text(f.read_text())
+    assert table.summarize(*table.load(flat, "grpo")) == summary
     md = table.table(summary)
     assert "episodes with a tool call" in md and "held-out pass@1" in md and " of 2 |" in md
