@@ -26,7 +26,7 @@ makes the call itself when the turn has none (``calculator`` on the problem's ex
 observation tokens rendered once per observation by the chat template, the environment's steps
 concurrently in threads.
 
-Reported per arm: generated (model) tokens per wall second, the fastest and the median round, and per CPU
+Reported per arm: the share of wall time in the engine's prefills (every arm), generated (model) tokens per wall second, the fastest and the median round, and per CPU
 second of the process (``tok/cpu-s``: with ``--threads 1`` the number least disturbed by other users of a
 shared machine, as in ``bench_generate.py``); for
 ``tools`` also the share of its wall time in the engine, in environment steps (``tools``: parsing,
@@ -142,6 +142,7 @@ class _Timer:
 
     def __init__(self) -> None:
         self.s: dict[str, float] = {}
+        self.calls: dict[str, list[float]] = {}
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*a: Any, **k: Any) -> Any:
@@ -149,7 +150,9 @@ class _Timer:
             try:
                 return fn(*a, **k)
             finally:
-                self.s[name] = self.s.get(name, 0.0) + time.perf_counter() - t
+                took = time.perf_counter() - t
+                self.s[name] = self.s.get(name, 0.0) + took
+                self.calls.setdefault(name, []).append(took)
         return timed
 
 
@@ -179,10 +182,15 @@ def run_single(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingP
     encoder = (_ToolsPromptEncoder(tok, task.system_prompt, BenchToolEnv(task).tools) if tools_prompt
                else PromptEncoder(tok, task.system_prompt, 4096))
     sampler = GroupSampler(engine, encoder, tok.pad_token_id)
-    t, c = time.perf_counter(), time.process_time()
-    batch = sampler.sample(task.problems(), G, params)
-    wall, cpu = time.perf_counter() - t, time.process_time() - c
-    return {"tokens": int(batch.completion_mask.sum()), "wall_s": wall, "cpu_s": cpu, "prompt_tokens": len(encoder(task.problems()[0]))}
+    timer = _Timer()
+    engine._prefill = timer.wrap("prefill", engine._prefill)
+    try:
+        t, c = time.perf_counter(), time.process_time()
+        batch = sampler.sample(task.problems(), G, params)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+    finally:
+        del engine._prefill
+    return {"tokens": int(batch.completion_mask.sum()), "wall_s": wall, "cpu_s": cpu, "prefill_s": timer.s["prefill"], "prompt_tokens": len(encoder(task.problems()[0]))}
 
 
 def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingParams, turns: int,
@@ -204,6 +212,7 @@ def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingPa
 
     engine.kv_session = counted if reuse else None  # the sampler opens a session when the engine has one
     engine.generate = timer.wrap("engine", gen)
+    engine._prefill = timer.wrap("prefill", engine._prefill)  # inside the engine calls
     sampler.renderer.tokens = timer.wrap("template", sampler.renderer.tokens)
     sampler._prompt_ids = timer.wrap("template", sampler._prompt_ids)
     calls = sampler._calls
@@ -213,13 +222,14 @@ def run_tools(engine: Any, tok: Any, task: BenchTask, G: int, params: SamplingPa
         batch = sampler.sample(task.problems(), G, SamplingParams(**{**params.__dict__, "max_new_tokens": turn_tokens}))
         wall, cpu = time.perf_counter() - t, time.process_time() - c
     finally:
-        del engine.generate, engine.kv_session  # the instance attributes: back to the class's methods
+        del engine.generate, engine.kv_session, engine._prefill  # the instance attributes: back to the class's methods
     m = batch.metrics
     model_tokens = int(batch.model_mask.sum())
     return {"tokens": model_tokens, "wall_s": wall, "cpu_s": cpu, "turns_mean": m["env/turns_mean"],
             "tool_calls": m["env/tool_calls"], "env_tokens": m["env/env_tokens"],
             "engine_s": timer.s.get("engine", 0.0), "tools_s": timer.s.get("env_step", 0.0),
             "template_s": timer.s.get("template", 0.0), "reset_s": timer.s.get("env_reset", 0.0),
+            "engine_calls_s": timer.calls.get("engine", []), "prefill_s": timer.s.get("prefill", 0.0),
             "kv_hits": sum(st.hits for st in stores), "kv_reused_tokens": sum(st.reused_tokens for st in stores)}
 
 
@@ -228,7 +238,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     cpu_rates = [r["tokens"] / r["cpu_s"] for r in rows if r["cpu_s"] > 0]
     out = {"rounds": len(rows), "tokens": rows[0]["tokens"], "tok_per_s_best": max(rates),
            "tok_per_s_median": statistics.median(rates), "wall_s_median": statistics.median(r["wall_s"] for r in rows),
-           "tok_per_cpu_s_median": statistics.median(cpu_rates) if cpu_rates else math.nan}
+           "tok_per_cpu_s_median": statistics.median(cpu_rates) if cpu_rates else math.nan,
+           "prefill_share": statistics.median(r["prefill_s"] / r["wall_s"] for r in rows)}
     if "engine_s" in rows[0]:
         for k in ("engine_s", "tools_s", "template_s", "reset_s"):
             out[k.replace("_s", "_share")] = statistics.median(r[k] / r["wall_s"] for r in rows)
@@ -296,12 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         ratios["tools_recompute/single"] = summ["tools_recompute"]["tok_per_s_median"] / summ["single"]["tok_per_s_median"]
         ratios["tools_recompute/single_tools_prompt"] = summ["tools_recompute"]["tok_per_s_median"] / base
     t = summ["tools"]
-    print("\n| arm | generated tokens | tok/s (median) | tok/s (best) | tok/cpu-s (median) | wall s (median) |\n"
-          "|---|---|---|---|---|---|")
+    print("\n| arm | generated tokens | tok/s (median) | tok/s (best) | tok/cpu-s (median) | wall s (median) | "
+          "prefill share |\n|---|---|---|---|---|---|---|")
     for a in names:
         s = summ[a]
         print(f"| {a} | {s['tokens']} | {s['tok_per_s_median']:.1f} | {s['tok_per_s_best']:.1f} | "
-              f"{s['tok_per_cpu_s_median']:.1f} | {s['wall_s_median']:.2f} |")
+              f"{s['tok_per_cpu_s_median']:.1f} | {s['wall_s_median']:.2f} | {s['prefill_share']:.1%} |")
     print("\nratios (median tok/s; target tools >= 0.8x single): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
           + "; per CPU second: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu_ratios.items()))
     print(f"tools time: engine {t['engine_share']:.1%}, "

@@ -32,6 +32,7 @@ def test_bench_envs_runs_on_the_tiny_model(tmp_path, capsys):
         assert t["turns_mean"] == turns and t["tool_calls"] == turns - 1 and t["env_tokens"] > 0
         shares = [t[k] for k in ("engine_share", "tools_share", "template_share", "reset_share")]
         assert all(0 <= s <= 1 for s in shares) and abs(sum(shares) + t["other_share"] - 1) < 1e-9
+        assert 0 < t["prefill_share"] < t["engine_share"] and len(res["rounds"][name][0]["engine_calls_s"]) == turns
     assert arms["tools"]["kv_hits"] == P * G * (turns - 1)  # every later turn of every episode reused its cache
     assert arms["tools"]["kv_reused_tokens"] > 0
     assert arms["tools_recompute"]["kv_hits"] == 0
