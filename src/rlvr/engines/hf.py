@@ -76,6 +76,11 @@ def _cast_copy(model: Any, dtype: torch.dtype) -> Any:
     return clone
 
 
+def _contiguous_input(_module: Any, args: tuple) -> tuple:
+    """Forward pre-hook: the module's first input made contiguous (see :meth:`HFEngine._forward`)."""
+    return (args[0].contiguous(), *args[1:])
+
+
 # --------------------------------------------------------------------------------------------------
 # engine
 
@@ -338,11 +343,24 @@ class HFEngine:
         return chunks
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
-        """One cached forward; returns last-position logits ``[B, V]``."""
+        """One cached forward; returns last-position logits ``[B, V]``.
+
+        A prefill (more than one new position) hands the LM head the last position as a strided view
+        ``[B, 1, H]`` of ``[B, S, H]``; ``torch.matmul`` does not fold such an input into one matrix product and
+        broadcasts the head's weight to ``[B, H, V]`` instead, a copy of ``B × H × V`` elements (1.8 GB for
+        32 rows of SmolLM2, seconds per prefill on a CPU, measured in ``benchmarks/bench_envs.py``). A
+        pre-hook on the head makes that input contiguous for the prefill forward only (same values).
+        """
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._has_logits_to_keep:
             kw["logits_to_keep"] = 1
-        out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        head = self._decode_model.get_output_embeddings() if ids.shape[1] > 1 else None
+        hook = head.register_forward_pre_hook(_contiguous_input) if isinstance(head, torch.nn.Module) else None
+        try:
+            out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        finally:
+            if hook is not None:
+                hook.remove()
         return out.logits[:, -1, :]
 
     def _prefill(self, requests: Sequence[GenerationRequest], chunk: list[tuple[int, list[int]]],
