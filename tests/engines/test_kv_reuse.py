@@ -86,3 +86,18 @@ def test_a_used_row_is_freed(tiny):
         assert store.hits == 1 and len(store.rows) == 1  # the turn-1 row was freed, the turn-2 row is kept
         (key,) = store.rows
         assert len(key) == 3 + len(g.token_ids) + 1 + 2  # prompt, turn 1, observation, turn 2 minus its last token
+
+
+def test_prefill_gives_the_lm_head_a_contiguous_input_and_leaves_no_hook(tiny):
+    """logits_to_keep=1 slices the last position as a strided view; the engine makes it contiguous for the
+    prefill (torch.matmul would otherwise broadcast the head's weight over the rows, a huge copy)."""
+    model, tok = tiny
+    seen = []
+    handle = model.lm_head.register_forward_hook(lambda m, args, out: seen.append(args[0].is_contiguous()))
+    try:
+        HFEngine(model, tok, max_batch_size=8).generate(
+            [GenerationRequest([5, 9, 13, 17], n=2), GenerationRequest([7, 11], n=1)], SamplingParams(max_new_tokens=3, seed=0))
+    finally:
+        handle.remove()
+    assert seen and all(seen)
+    assert not model.lm_head._forward_pre_hooks
