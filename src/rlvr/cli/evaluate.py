@@ -44,20 +44,6 @@ def _run_precisions(cfg, specs) -> dict[str, str]:
             follow_recorded_precision(cfg.model.dtype, s.path, context=f"eval {s.label}") for s in specs}
 
 
-def _episode_sampler_factory(cfg, tokenizer):
-    """With ``env.type`` set: ``(engine, encoder, scorer) -> MultiTurnSampler`` built from the run's ``env:``
-    exactly as training builds it (:func:`rlvr.samplers.multiturn.make_multiturn_sampler`), else None.
-    The config was checked before any model loaded (``CONFIG_CHECKS["env"]``)."""
-    if getattr(cfg, "env", None) is None or cfg.env.type is None:
-        return None
-    from rlvr.parts import SamplerContext
-    from rlvr.samplers.multiturn import make_multiturn_sampler
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return lambda engine, encoder, scorer: make_multiturn_sampler(
-        SamplerContext(cfg, engine, encoder, scorer, tokenizer, pad))
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``rlvr eval``: pass@k, maj@k and mean reward of one or more models, as JSON + Markdown + JSONL.
 
@@ -145,10 +131,11 @@ def _evaluate_model(cfg, args: argparse.Namespace, task, model, tokenizer, label
     streamed to ``writer``), on a vLLM server it starts and stops under ``engine=vllm``."""
     from rlvr.engines.factory import build_engine
     from rlvr.eval.evaluate import evaluate
+    from rlvr.samplers.multiturn import episode_sampler_factory
 
     e = cfg.eval
     engine = build_engine(cfg, model, tokenizer, cfg.logging.output_dir) if cfg.engine == "vllm" else None
-    episodes = _episode_sampler_factory(cfg, tokenizer)
+    episodes = episode_sampler_factory(cfg, tokenizer)
     try:
         return evaluate(
             model, tokenizer, task, num_samples=e.num_samples, ks=e.ks, temperature=e.temperature,

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.engines.kv_cache import new_cache, trim_left
+from rlvr.engines.kv_reuse import save_rows
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams
 
@@ -174,7 +175,13 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
                 if e:
                     finish[o] = "eos"
         batch.count = batch.count + live.long()
-        batch.done |= ended | (batch.row_cap <= batch.count)
+        finished = (ended | (batch.row_cap <= batch.count)) & live  # rows ending at this step
+        batch.done |= finished
+        kv = getattr(engine, "_kv", None)
+        if kv is not None and bool(finished.any()):  # kv_session: keep what a later turn would attend to
+            rows = finished.nonzero().flatten().tolist()  # its context and all but its last token
+            save_rows(kv, batch.cache, batch.mask, rows,
+                      [list(requests[batch.owners[b][0]].context_ids) + toks[batch.owners[b]][:-1] for b in rows])
         n_done = int(batch.done.sum())
         waste += n_done
         compacted = n_done == len(batch.owners) or (n_done > 0 and engine.prune and waste >= engine.prune_patience)

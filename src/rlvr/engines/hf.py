@@ -44,6 +44,7 @@ import torch
 
 from rlvr.engines.base import engine_eos_ids
 from rlvr.engines.kv_cache import new_cache
+from rlvr.engines.kv_reuse import KVStore, lookup, prime_cache, save_rows
 from rlvr.engines.sampling import sample_from_logits
 from rlvr.types import Generation, GenerationRequest, SamplingParams, validate_requests, validate_sampling
 
@@ -76,6 +77,11 @@ def _cast_copy(model: Any, dtype: torch.dtype) -> Any:
             p.requires_grad_(False)
     clone.eval()
     return clone
+
+
+def _contiguous_input(_module: Any, args: tuple) -> tuple:
+    """Forward pre-hook: the module's first input made contiguous (see :meth:`HFEngine._forward`)."""
+    return (args[0].contiguous(), *args[1:])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -163,6 +169,7 @@ class HFEngine:
             self._decode_model = _cast_copy(model, want)
             self._synced = _param_fingerprint(model)
         self.prune_patience = 8
+        self._kv: KVStore | None = None  # saved rows' KV caches inside kv_session()
         if eos_token_ids is None:
             eos_token_ids = engine_eos_ids(model, tokenizer)
         self.eos_token_ids: set[int] = {int(i) for i in eos_token_ids}
@@ -254,6 +261,23 @@ class HFEngine:
         return True
 
     # ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def kv_session(self):
+        """Inside it, each sample row's KV cache is kept when the row finishes, and a later request whose
+        context starts with a kept row's tokens prefills only the rest (:mod:`rlvr.engines.kv_reuse`): the
+        later turns of multi-turn episodes (:class:`rlvr.samplers.multiturn.MultiTurnSampler` opens one
+        session per generation round). The weights must not change inside a session; the kept caches are
+        dropped at its end. No effect with ``continuous=True``. Yields the session's
+        :class:`rlvr.engines.kv_reuse.KVStore` (``hits``, ``reused_tokens``: how much was not recomputed).
+        """
+        outer = self._kv
+        self._kv = KVStore()
+        try:
+            yield self._kv
+        finally:
+            self._kv = outer
+
+    # ---------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Generation]]:
         """Draw ``request.n`` continuations of each request's context.
 
@@ -306,6 +330,8 @@ class HFEngine:
                     self._run_chunk(requests, chunk, params, generator, results)
                     if self.on_generated is not None:  # progress (rlvr.trainer): rows finished
                         self.on_generated(sum(len(samples) for _, samples in chunk))
+                if self._kv is not None:
+                    self._kv.free_used()
         finally:
             model.train(was_training)
             self._head = None
@@ -338,8 +364,16 @@ class HFEngine:
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
         """One cached forward; returns last-position logits ``[B, V]`` (float32 from the fp32 head when the
-        policy asks for ``lm_head_fp32``: the decoder's last hidden state upcast, times the master weight,
-        autocast off)."""
+        policy asks for ``lm_head_fp32``: the decoder's last hidden state ``[B, H]`` upcast, times the master
+        weight, autocast off).
+
+        Otherwise a prefill (more than one new position) hands the model's LM head the last position as a
+        strided view ``[B, 1, H]`` of ``[B, S, H]``; ``torch.matmul`` does not fold such an input into one
+        matrix product and broadcasts the head's weight to ``[B, H, V]`` instead, a copy of ``B × H × V``
+        elements (1.8 GB for 32 rows of SmolLM2, seconds per prefill on a CPU, measured in
+        ``benchmarks/bench_envs.py``). A pre-hook on the head makes that input contiguous for the prefill
+        forward only (same values).
+        """
         if self._head is not None:
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                                 **{self._decoder_cache_kw: cache})
@@ -351,7 +385,13 @@ class HFEngine:
         kw: dict[str, Any] = {self._cache_kw: cache}
         if self._has_logits_to_keep:
             kw["logits_to_keep"] = 1
-        out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        head = self._decode_model.get_output_embeddings() if ids.shape[1] > 1 else None
+        hook = head.register_forward_pre_hook(_contiguous_input) if isinstance(head, torch.nn.Module) else None
+        try:
+            out = self._decode_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        finally:
+            if hook is not None:
+                hook.remove()
         return out.logits[:, -1, :]
 
     def _prefill(self, requests: Sequence[GenerationRequest], chunk: list[tuple[int, list[int]]],
@@ -367,18 +407,26 @@ class HFEngine:
         device = next(self._decode_model.parameters()).device
         contexts = [list(requests[i].context_ids) for i, _ in chunk]
         lens = torch.tensor([len(c) for c in contexts], dtype=torch.long)
-        width = int(lens.max())
+        hits = [lookup(self._kv, c) for c in contexts] if self._kv is not None and self._kv.rows else []
+        kept = [n for n, _ in hits] if any(n for n, _ in hits) else [0] * len(contexts)
+        new = [c[n:] for c, n in zip(contexts, kept)]  # what this prefill computes
+        width = max(len(c) for c in new)
         r = len(contexts)
         ids = torch.full((r, width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((r, width), dtype=torch.long)
-        for j, c in enumerate(contexts):  # left padding
+        for j, c in enumerate(new):  # left padding
             ids[j, width - len(c) :] = torch.tensor(c, dtype=torch.long)
             mask[j, width - len(c) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+        ids, mask = ids.to(device), mask.to(device)
 
         req_caps = [requests[i].max_new_tokens or params.max_new_tokens for i, _ in chunk]
-        cache, trimmable = new_cache(self._decode_model.config, width + max(req_caps), self.cache_kind)
+        cache, trimmable = new_cache(self._decode_model.config, max(kept) + width + max(req_caps), self.cache_kind)
+        if max(kept):  # kept rows first (right-aligned), then the new tokens: [pad | kept | pad | new]
+            mask = torch.cat([prime_cache(cache, [s for _, s in hits], kept, mask), mask], dim=1)
+            self._kv.hits += sum(n > 0 for n in kept)
+            self._kv.reused_tokens += sum(kept)
+            self._kv.used.update(tuple(c[:n]) for c, n in zip(contexts, kept) if n)
+        pos = ((mask.cumsum(-1) - 1).clamp_min(0))[:, mask.shape[1] - width:]
         logits = self._forward(ids, mask, pos, cache)  # [R, V]
 
         # one row per sample: copy each context's cache row to its samples

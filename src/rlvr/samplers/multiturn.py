@@ -23,6 +23,7 @@ Source: issue 26 items 2, 8 and 9; interpretation of verl's agent loop (``respon
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -39,7 +40,8 @@ from rlvr.errors import ConfigError
 from rlvr.samplers.group import generations_to_batch
 from rlvr.types import Generation, GenerationRequest, RolloutBatch, SamplingParams
 
-__all__ = ["EpisodeLimits", "MultiTurnSampler", "build_env_factory", "check_env_config", "make_multiturn_sampler"]
+__all__ = ["EpisodeLimits", "MultiTurnSampler", "build_env_factory", "check_env_config", "episode_sampler_factory",
+           "make_multiturn_sampler"]
 
 EPISODE_FINISH = ("env_done", "max_turns", "length", "error", "timeout")
 """Episode finish reasons, logged as ``env/finish/<reason>`` (fractions of the round's episodes)."""
@@ -249,23 +251,9 @@ class MultiTurnSampler:
         """
         errors0, timeouts0 = self.faults.errors, self.faults.timeouts
         eps = self._reset(problems, num_generations, first_group_id)
-        turn = 0
-        while True:
-            for ep in eps:
-                if ep.live and len(ep.tokens) >= self.limits.max_tokens:
-                    ep.finish = "length"
-            live = [e for e in eps if e.live]
-            if not live:
-                break
-            turn += 1
-            starts = [len(e.tokens) for e in live]
-            self._generate(live, params, turn)
-            actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
-            outs = self._calls(live, "step", [(a,) for a in actions])
-            for ep, a in zip(live, actions):
-                ep.action = a
-            for ep, s, out in zip(live, starts, outs):
-                self._after_step(ep, out, ep.tokens[s:])
+        session = getattr(self.engine, "kv_session", None)  # HF engine: later turns prefill only what is new
+        with session() if callable(session) and self.limits.max_turns > 1 else contextlib.nullcontext():
+            self._turns(eps, params)
         closing = [e for e in eps if e.env is not None and callable(getattr(e.env, "close", None))]
         for ep, out in zip(closing, call_many([(e.env.close, (), time.monotonic() + max(e.env_time_left, 1.0))
                                                for e in closing])):
@@ -276,6 +264,26 @@ class MultiTurnSampler:
         batch.metrics = {**episode_metrics([e.summary() for e in eps]), "env/errors": float(self.faults.errors - errors0),
                                  "env/timeouts": float(self.faults.timeouts - timeouts0)}
         return batch
+
+    def _turns(self, eps: list[_Episode], params: SamplingParams) -> None:
+        """Take turns until no episode is live: one batched engine call over the live episodes, then their steps."""
+        turn = 0
+        while True:
+            for ep in eps:
+                if ep.live and len(ep.tokens) >= self.limits.max_tokens:
+                    ep.finish = "length"
+            live = [e for e in eps if e.live]
+            if not live:
+                return
+            turn += 1
+            starts = [len(e.tokens) for e in live]
+            self._generate(live, params, turn)
+            actions = [self.tokenizer.decode(e.tokens[s:], skip_special_tokens=True) for e, s in zip(live, starts)]
+            outs = self._calls(live, "step", [(a,) for a in actions])
+            for ep, a in zip(live, actions):
+                ep.action = a
+            for ep, s, out in zip(live, starts, outs):
+                self._after_step(ep, out, ep.tokens[s:])
 
     def _to_batch(self, eps: list[_Episode], problems: Sequence[Any], params: SamplingParams,
                   policy_version: int) -> RolloutBatch:
@@ -377,3 +385,17 @@ def make_multiturn_sampler(ctx: Any) -> MultiTurnSampler:
     limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens or cfg.env.max_turns * cfg.max_completion_length,
                            float(cfg.env.timeout_s))
     return MultiTurnSampler(ctx.engine, ctx.tokenizer, make, limits, ctx.encoder, ctx.pad_token_id)
+
+
+def episode_sampler_factory(cfg: Any, tokenizer: Any) -> Callable[[Any, Any, Any], MultiTurnSampler] | None:
+    """With ``env.type`` set: ``(engine, encoder, scorer) -> MultiTurnSampler`` built from the run's ``env:``
+    exactly as training builds it (:func:`make_multiturn_sampler`), for
+    :func:`rlvr.eval.evaluate.evaluate`'s ``make_sampler`` (``rlvr eval`` and ``rlvr compare``'s held-out
+    evaluation); else None. The config must have been checked (:func:`check_env_config`)."""
+    if getattr(cfg, "env", None) is None or cfg.env.type is None:
+        return None
+    from rlvr.parts import SamplerContext
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return lambda engine, encoder, scorer: make_multiturn_sampler(
+        SamplerContext(cfg, engine, encoder, scorer, tokenizer, pad))

@@ -126,7 +126,7 @@ PRESETS: dict[str, TestbedSpec] = {
                       feedback_noise=0.1),
     "v2l": TestbedSpec(steps=2400, max_level=6, hard_max_level=8, hard_noise=0.45, chain_steps=2, feedback_frac=0.25,
                        feedback_noise=0.1),
-    "tools": TestbedSpec(steps=600, max_level=6, hard_max_level=10, hard_noise=0.5, tool_frac=0.25),
+    "tools": TestbedSpec(steps=2000, max_level=4, hard_max_level=7, hard_noise=0.7, tool_frac=0.3),
     "microtools": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
                               max_level=4, hard_max_level=6, hard_noise=0.5, tool_frac=0.25),
     "micro2": TestbedSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=30, batch_size=16,
@@ -138,8 +138,10 @@ PRESETS: dict[str, TestbedSpec] = {
 (the same mixture and architecture pre-trained 2.4× longer, 2400 steps: v2 ended at 0.80 nats/token and
 GRPO barely moved it; ~12 min of pre-training on the shared machine, so build it in chunks with
 ``python -m rlvr.testbed.build testbed:v2l --max-seconds 480``), ``micro2`` (v2 features at test size), ``tools``
-(issue 26 item 7, :mod:`rlvr.testbed.tools`: levels 7–10 answered with the ``transform`` tool on 25 % of
-pre-training sequences, directly with letter noise 0.5 otherwise) and ``microtools`` (the same at test size)."""
+(issue 26 item 7, :mod:`rlvr.testbed.tools`: levels 1–4 answered directly, levels 5–7 with the ``transform`` tool
+on 30 % of pre-training sequences and directly with letter noise 0.7 otherwise; 2000 steps, ~3 min on 2 cores: at
+600 steps on levels 7–10 the policy copied the call's query and the tool's reply inexactly and no tool episode
+was correct) and ``microtools`` (the same kind of mixture at test size)."""
 
 
 def parse_spec(name: str) -> tuple[str, TestbedSpec]:
