@@ -6,6 +6,7 @@ budget axis, and arms that switch what their names say. The claims file names on
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,33 @@ def test_compare_pre_run_check_knows_the_testbed_model_in_a_fresh_interpreter():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "HF_HUB_OFFLINE": "1"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_pick_one_paper_needs_only_its_own_tuning(tmp_path, monkeypatch):
+    """``pick --paper uec_rl`` writes that paper's tuned spec from planted tuning results (largest rate with
+    no collapsed seed per arm) while the other papers' tunings do not exist; without ``--paper`` it stops
+    at the first paper with missing runs."""
+    pick = _pick()
+    for paper in pick.PAPERS:
+        spec = yaml.safe_load((HERE / f"prereg_{paper}.yaml").read_text())
+        spec["output_dir"] = str(tmp_path / "runs" / f"prereg_{paper}")
+        (tmp_path / f"prereg_{paper}.yaml").write_text(yaml.safe_dump(spec))
+    main = yaml.safe_load((tmp_path / "prereg_uec_rl.yaml").read_text())
+    runs = Path(main["output_dir"] + "_lr")
+    # planted finals: every arm collapses at 1e-3 on one seed; grpo also at 3e-4, so grpo -> 1e-4, others -> 3e-4
+    for arm in [a.split("=", 1)[0] for a in main["arms"]] + ["initial"]:
+        for lr in pick.GRID if arm != "initial" else [None]:
+            for seed in pick.TUNING_SEEDS:
+                bad = lr == "1e-3" and seed == 101 or (arm == "grpo" and lr == "3e-4" and seed == 102)
+                d = runs / (arm if lr is None else f"{arm}_lr{lr}") / f"seed{seed}"
+                d.mkdir(parents=True)
+                (d / "result.json").write_text(json.dumps({"eval/pass@1": 0.0 if bad else (0.33 if lr is None else 0.5)}))
+    monkeypatch.setattr(pick, "HERE", tmp_path)
+    pick.write_tuned(("uec_rl",))
+    tuned = yaml.safe_load((tmp_path / "prereg_uec_rl_tuned.yaml").read_text())
+    rates = {a.split("=", 1)[0]: a.rsplit("learning_rate=", 1)[1] for a in tuned["arms"]}
+    assert rates == {"grpo": "0.0001", "grpo_2x": "0.0003", "uec_rl": "0.0003", "uec_rl_t1": "0.0003"}
+    assert tuned["output_dir"] == main["output_dir"] + "_tuned"
+    with pytest.raises(SystemExit, match="prereg_fbos_rl_lr: arm grpo has unfinished tuning runs"):
+        pick.write_tuned()  # all four papers: fbos_rl has no tuning runs
+    assert not (tmp_path / "prereg_fbos_rl_tuned.yaml").exists()

@@ -2,6 +2,7 @@
 
     python docs/results/replication/pick_lr_prereg.py tuning   # writes prereg_<paper>_lr.yaml from prereg_<paper>.yaml
     python docs/results/replication/pick_lr_prereg.py pick     # reads runs/compare/prereg_<paper>_lr, writes prereg_<paper>_tuned.yaml
+    python docs/results/replication/pick_lr_prereg.py pick --paper uec_rl   # one paper only (the others' tunings need not exist)
 
 ``tuning``: every arm of the paper's main spec at each rate of :data:`GRID`, on the tuning seeds
 :data:`TUNING_SEEDS` (disjoint from the evaluation seeds 0-7), same budget and evaluation; arm names
@@ -31,8 +32,9 @@ def tuning_spec(main: dict) -> dict:
             "eval": {**main["eval"], "curve_points": 0}}
 
 
-def write_tuning() -> None:
-    for p in PAPERS:
+def write_tuning(papers: tuple[str, ...] = PAPERS) -> None:
+    """Write ``prereg_<paper>_lr.yaml`` for each of ``papers`` (see :func:`tuning_spec`)."""
+    for p in papers:
         main = yaml.safe_load((HERE / f"prereg_{p}.yaml").read_text())
         head = (f"# PRE-REGISTERED lr tuning of prereg_{p}.yaml (written by pick_lr_prereg.py tuning; do not edit).\n"
                 f"#   flock /tmp/rlvr-heavy.lock python -m rlvr compare --spec docs/results/replication/prereg_{p}_lr.yaml"
@@ -41,11 +43,12 @@ def write_tuning() -> None:
                                                                           allow_unicode=True, width=200))
 
 
-def write_tuned() -> None:
+def write_tuned(papers: tuple[str, ...] = PAPERS) -> None:
+    """Write ``prereg_<paper>_tuned.yaml`` for each of ``papers``; exits if a tuning run is missing."""
     from rlvr.compare.claim_values import seed_values
     from rlvr.compare.stats_rules import largest_stable_rate
 
-    for p in PAPERS:
+    for p in papers:
         main = yaml.safe_load((HERE / f"prereg_{p}.yaml").read_text())
         runs = Path(main["output_dir"] + "_lr")
         start = list(seed_values(runs, "initial", "eval/pass@1").values())
@@ -69,4 +72,7 @@ def write_tuned() -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["tuning", "pick"])
-    write_tuning() if ap.parse_args().what == "tuning" else write_tuned()
+    ap.add_argument("--paper", choices=PAPERS, default=None, help="only this paper (default: all four)")
+    args = ap.parse_args()
+    chosen = (args.paper,) if args.paper else PAPERS
+    write_tuning(chosen) if args.what == "tuning" else write_tuned(chosen)
