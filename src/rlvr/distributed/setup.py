@@ -66,7 +66,7 @@ class PreparedModels:
 
 
 def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: Any, env: DistEnv,
-                   precision: Any = None) -> PreparedModels:
+                   precision: Any) -> PreparedModels:
     """Move the models to the rank's device and shard them when :func:`use_fsdp`.
 
     With FSDP2 the generation copy is a ``deepcopy`` of the still-full policy, taken before sharding
@@ -76,8 +76,7 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
     and its generation copy is :func:`rlvr.lora.generation_copy` (``share=False``): a plain causal LM
     whose adapted projections hold ``W + ΔW``, re-merged after each update (``Trainer.sync_weights``).
     The optimizer must be built after this call. ``precision``: the run's resolved
-    :class:`~rlvr.precision.PrecisionPolicy` (FSDP2's mixed-precision policy follows it); None resolves
-    ``cfg.model.dtype`` for ``env.device``.
+    :class:`~rlvr.precision.PrecisionPolicy` (FSDP2's mixed-precision policy follows it).
     """
     model.to(env.device)
     if ref_model is not None:
@@ -95,10 +94,6 @@ def prepare_models(model: torch.nn.Module, ref_model: torch.nn.Module | None, cf
         gen = copy.deepcopy(model).eval().requires_grad_(False)
     # activation checkpointing (model.gradient_checkpointing) was switched on by load_policy; it composes
     # with FSDP2 (each decoder layer recomputes inside its own, already gathered, parameter group)
-    if precision is None:
-        from rlvr.precision import resolve_precision
-
-        precision = resolve_precision(cfg.model.dtype, env.device.type)
     mp = mixed_precision_for(env.device, precision)
     shard_policy(model, device=env.device, mp_policy=mp)
     if ref_model is not None:

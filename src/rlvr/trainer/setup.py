@@ -18,13 +18,13 @@ from rlvr.config import RLConfig
 from rlvr.core.kl import canonical_kl_estimator
 from rlvr.core.objective import LossSettings
 from rlvr.errors import RlvrError
-from rlvr.precision import PrecisionPolicy, resolve_model_precision, resolve_precision, set_model_precision
+from rlvr.precision import PrecisionPolicy, resolve_model_precision, set_model_precision
 
 
-def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPolicy | None = None) -> PrecisionPolicy:
-    """Attach the run's precision policy to the model (and so to every forward of it and to the default
-    engine; :mod:`rlvr.precision`) after checking its weights are stored as the policy says: ``policy``
-    when the run resolved it already, else ``model.dtype`` (``requested``) resolved for the model's device.
+def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPolicy) -> PrecisionPolicy:
+    """Attach the run's precision ``policy`` (:func:`resolve_run_precision`) to the model (and so to every
+    forward of it and to the default engine; :mod:`rlvr.precision`) after checking its weights are stored as
+    the policy says; ``requested`` (``model.dtype``) only names the mode in the error.
 
     Raises:
         RlvrError: the model's floating-point weights are not in the policy's ``param_dtype`` (e.g.
@@ -32,8 +32,6 @@ def apply_precision(model: torch.nn.Module, requested: str, policy: PrecisionPol
             the message says how to load it.
     """
     param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    if policy is None:
-        policy = resolve_precision(requested, param.device if param is not None else "cpu")
     if param is not None and param.dtype != policy.param_dtype:
         raise RlvrError(
             f"model.dtype={requested} (precision {policy.mode}) keeps the weights in "
