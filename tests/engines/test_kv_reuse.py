@@ -45,10 +45,12 @@ def _two_turns(engine, session: bool, eos_bias: bool, model):
     return first, second, store
 
 
+@pytest.mark.parametrize("continuous", [False, True], ids=["chunked", "continuous"])
 @pytest.mark.parametrize("eos_bias", [False, True])
-def test_session_gives_the_same_tokens_and_logprobs_as_full_prefill(tiny, eos_bias):
+def test_session_gives_the_same_tokens_and_logprobs_as_full_prefill(tiny, eos_bias, continuous):
     model, tok = tiny
-    engine = HFEngine(model, tok, max_batch_size=4)  # 6 rows: two chunks, so saved rows come from both
+    # 6 rows, 4 slots: two chunks (or, continuous, rows admitted as slots free up), so saved rows come from both
+    engine = HFEngine(model, tok, max_batch_size=4, continuous=continuous)
     f0, s0, _ = _two_turns(engine, False, eos_bias, model)
     f1, s1, store = _two_turns(engine, True, eos_bias, model)
     assert [[g.token_ids for g in gs] for gs in f0] == [[g.token_ids for g in gs] for gs in f1]

@@ -267,7 +267,8 @@ class HFEngine:
         context starts with a kept row's tokens prefills only the rest (:mod:`rlvr.engines.kv_reuse`): the
         later turns of multi-turn episodes (:class:`rlvr.samplers.multiturn.MultiTurnSampler` opens one
         session per generation round). The weights must not change inside a session; the kept caches are
-        dropped at its end. No effect with ``continuous=True``. Yields the session's
+        dropped at its end. Both decode modes keep and reuse rows (the save is in the one decode loop,
+        :func:`rlvr.engines.continuous.decode_pieces`). Yields the session's
         :class:`rlvr.engines.kv_reuse.KVStore` (``hits``, ``reused_tokens``: how much was not recomputed).
         """
         outer = self._kv
