@@ -135,8 +135,9 @@ class ModelConfig(StrictModel):
     folder, a ``.gguf`` file, or a Hugging Face id (the only case that touches the network).
 
     ``dtype`` is the precision policy (:mod:`rlvr.precision`): ``auto`` (bf16 autocast where bf16 is
-    native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights)
-    or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
+    native, else fp32), ``fp32``, ``bf16`` (autocast, fp32 master weights), ``bf16-pure`` (bf16 weights),
+    ``bf16-master`` (bf16 weights, fp32 masters and gradient accumulation in the optimizer; one process only:
+    :mod:`rlvr.trainer.master_weights`) or ``fp16-pure``; the older ``float32`` / ``bfloat16`` / ``float16`` mean ``fp32`` / ``bf16-pure`` /
     ``fp16-pure``. ``lora``: train LoRA adapters instead of every weight (:class:`LoraConfig`).
 
     Engine/trainer agreement under bf16 (``docs/precision.md``, ``benchmarks/logprob_agreement.py``):
@@ -150,7 +151,7 @@ class ModelConfig(StrictModel):
     name_or_path: str = "default"
     gguf_file: str | None = None
     cache_dir: str | None = None
-    dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "fp16-pure"] = "auto"
+    dtype: Literal["auto", "fp32", "bf16", "bf16-pure", "bf16-master", "fp16-pure"] = "auto"
     revision: str | None = None
     gradient_checkpointing: bool = False
     cast_lm_head_to_fp32: bool = False

@@ -7,9 +7,9 @@ per op overload name:
 * **matmul FLOPs per dtype**, from the operands' shapes (:func:`matmul_flops`: ``mm``, ``addmm``, ``bmm``,
   ``baddbmm``, ``matmul``, ``linear`` and the scaled-dot-product-attention kernels, forward and backward);
 * **bytes touched per dtype** by every other op that is not a view (inputs read + outputs written);
-* **casts** (``_to_copy`` and ``copy_`` between two floating dtypes): bytes converted per direction, and for
-  casts whose source is a *weight* (identified by its storage), how many times each weight is converted
-  per micro-batch;
+* **casts** (``_to_copy``, ``copy_`` and each pair of a ``_foreach_copy_`` between two floating dtypes): bytes
+  converted per direction, and for casts whose source is a *weight* (identified by its storage), how many
+  times each weight is converted per micro-batch;
 * **passes over full-vocabulary tensors**: non-matmul ops with an input or output whose last dimension is
   the vocabulary size, or a transposed view of such a tensor (the LM head's log-softmax, its gradient, the casts of its
   logits).
@@ -198,6 +198,10 @@ class DtypeAccount(TorchDispatchMode):
             return
         if name in _CASTS and self._cast(name, args, out, seg):
             return
+        if name == "aten._foreach_copy_" and len(args) >= 2:  # e.g. bf16-master's masters -> weights, one op
+            pairs = list(zip(args[0], args[1]))
+            if [self._cast("aten.copy_", (d, s), None, seg) for d, s in pairs].count(True) == len(pairs):
+                return
         floats = [t for t in outs + ins if t.is_floating_point()]
         dt = _dt(floats[0]) if floats else "other"
         nbytes = sum(t.nbytes for t in ins + outs)

@@ -9,13 +9,18 @@ mode           master weights     matmuls              log-softmax, loss, optimi
 ``fp32``       float32            float32              float32
 ``bf16``       float32            bfloat16 (autocast)  float32
 ``bf16-pure``  bfloat16           bfloat16             float32 log-softmax; optimizer state bf16
+``bf16-master`` bfloat16 weights,  bfloat16             float32 log-softmax; float32 gradient accumulation,
+               float32 masters                         optimizer state and master copy in the optimizer
 ``fp16-pure``  float16            float16              as ``bf16-pure`` (kept for old configs)
 ``auto``       ``bf16`` where bf16 matmuls are native (CUDA with bf16; a CPU with ``avx512_bf16``,
                AMX or ARM ``bf16``), ``fp32`` elsewhere
 =============  ==========================================================================
 
-Generation follows the same policy: under ``bf16`` and ``bf16-pure`` the engine decodes with bfloat16
-weights (:attr:`PrecisionPolicy.generation_dtype`), under ``fp32`` with float32 ones.
+Generation follows the same policy: under ``bf16``, ``bf16-pure`` and ``bf16-master`` the engine decodes with
+bfloat16 weights (:attr:`PrecisionPolicy.generation_dtype`; under ``bf16-master`` the model's own), under ``fp32``
+with float32 ones. ``bf16-master`` (:mod:`rlvr.trainer.master_weights`) runs ``bf16-pure``'s forward and backward
+(no autocast, no per-micro-batch weight cast) while the optimizer keeps fp32 masters: the fast mode on a CPU with
+native bf16 (issue 28); not under ``torchrun``, where ``bf16`` with FSDP2 does the same.
 
 How ``auto`` decides on a CPU (:func:`probe_cpu_bf16`, once per machine and torch build): the CPU's feature
 flags first (``/proc/cpuinfo``: ``avx512_bf16`` or ``amx_bf16`` on x86, ``bf16`` on ARM). Without them the
@@ -78,7 +83,7 @@ __all__ = [
     "set_model_precision",
 ]
 
-PRECISION_MODES: tuple[str, ...] = ("auto", "fp32", "bf16", "bf16-pure", "fp16-pure")
+PRECISION_MODES: tuple[str, ...] = ("auto", "fp32", "bf16", "bf16-pure", "bf16-master", "fp16-pure")
 """Values of ``model.dtype``."""
 
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16-pure", "float16": "fp16-pure", "fp16": "fp16-pure"}
@@ -86,8 +91,10 @@ _ALIASES = {"float32": "fp32", "bfloat16": "bf16-pure", "float16": "fp16-pure", 
 that dtype, i.e. the pure modes."""
 
 ENV_OVERRIDE = "RLVR_CPU_BF16"
-_DTYPE = {"fp32": torch.float32, "bf16": torch.float32, "bf16-pure": torch.bfloat16, "fp16-pure": torch.float16}
-_COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp16-pure": torch.float16}
+_DTYPE = {"fp32": torch.float32, "bf16": torch.float32, "bf16-pure": torch.bfloat16, "bf16-master": torch.bfloat16,
+          "fp16-pure": torch.float16}
+_COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "bf16-master": torch.bfloat16,
+            "fp16-pure": torch.float16}
 
 
 def canonical_precision(mode: str) -> str:
@@ -335,11 +342,12 @@ class PrecisionPolicy:
     """A resolved precision: what every part of a run uses.
 
     Attributes:
-        mode: ``"fp32"``, ``"bf16"``, ``"bf16-pure"`` or ``"fp16-pure"`` (never ``"auto"``).
+        mode: ``"fp32"``, ``"bf16"``, ``"bf16-pure"``, ``"bf16-master"`` or ``"fp16-pure"`` (never ``"auto"``).
         requested: the ``model.dtype`` it was resolved from (e.g. ``"auto"``).
         device_type: ``"cpu"`` or ``"cuda"`` (the autocast device type).
         reason: why this mode (one line; logged once per process).
-        param_dtype: dtype of the stored (master) weights and hence of gradients and optimizer state.
+        param_dtype: dtype of the model's stored weights (and of their gradients); also of the optimizer state,
+            except under ``bf16-master`` (:attr:`master_weights`), whose optimizer keeps fp32 masters.
         compute_dtype: dtype the matmuls run in (the autocast target under ``bf16``).
         reduce_dtype: dtype for gradient reductions across ranks (always float32; for FSDP2's
             ``MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)``).
@@ -370,6 +378,12 @@ class PrecisionPolicy:
     def autocast(self) -> bool:
         """True for ``bf16``: forward passes run under ``torch.autocast(device_type, bfloat16)``."""
         return self.mode == "bf16"
+
+    @property
+    def master_weights(self) -> bool:
+        """True for ``bf16-master``: the optimizer keeps fp32 master copies of the bf16 weights and accumulates
+        their gradients in fp32 (:class:`rlvr.trainer.master_weights.MasterWeightAdamW`)."""
+        return self.mode == "bf16-master"
 
     @property
     def generation_dtype(self) -> torch.dtype:
@@ -474,7 +488,7 @@ def resolve_precision(requested: str = "auto", device: torch.device | str | None
     else:
         mode = req
         reason = "requested"
-        if mode in ("bf16", "bf16-pure") and dtype_kind == "cpu":
+        if mode in ("bf16", "bf16-pure", "bf16-master") and dtype_kind == "cpu":
             p = probe_cpu_bf16() if native_bf16 is None else CpuBf16Probe(native_bf16, "argument", "")
             if not p.native:
                 reason = f"requested, although this CPU has no native bf16 (bf16 matmuls will be slow: {p.reason})"

@@ -7,6 +7,7 @@ imports the trainer). The registries themselves live in :mod:`rlvr.parts`.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import rlvr.schedules  # noqa: F401 (registers on_policy; the variants register theirs, below)
@@ -18,7 +19,29 @@ from rlvr.schedules import SCHEDULES
 from rlvr.trainer.rollout import check_filter_metric
 
 __all__ = ["ADV_ESTIMATORS", "BATCH_FILTERS", "MASKS", "SAMPLERS", "SCHEDULES", "SamplerContext",
-           "validate_components", "validate_run"]
+           "MASTER_WEIGHTS_DP_ERROR", "validate_components", "validate_run"]
+
+MASTER_WEIGHTS_DP_ERROR = (
+    "model.dtype=bf16-master keeps fp32 masters in a one-process optimizer and cannot run under torchrun "
+    "(WORLD_SIZE > 1); use model.dtype=bf16, which under FSDP2 keeps sharded fp32 masters with bf16 compute "
+    "copies (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32))"
+)
+"""The refusal of ``bf16-master`` with data parallelism (:mod:`rlvr.trainer.master_weights`)."""
+
+
+def _launched_world_size() -> int:
+    """The world size a launcher set (``torchrun`` sets both ``WORLD_SIZE`` and ``RANK``; one without the other
+    is a one-process run, as :func:`rlvr.distributed.env.init_distributed` reads it); 1 when not launched.
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` is not an integer.
+    """
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return 1
+    try:
+        return int(os.environ["WORLD_SIZE"])
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} (environment): expected an integer, as torchrun sets it") from None
 
 
 def validate_components(cfg: Any) -> None:
@@ -27,7 +50,8 @@ def validate_components(cfg: Any) -> None:
 
     Generic rules: an advantage estimator that is not ``groupwise`` (it reads more of a round than each
     group's rewards) refuses dynamic sampling (which keeps only some of a round's groups and merges rounds);
-    ``kl_in_reward`` needs ``beta > 0`` (it moves the KL term, weighted by ``beta``, into the reward).
+    ``kl_in_reward`` needs ``beta > 0`` (it moves the KL term, weighted by ``beta``, into the reward);
+    ``model.dtype=bf16-master`` refuses ``torchrun`` (``RANK`` set and ``WORLD_SIZE > 1``: :data:`MASTER_WEIGHTS_DP_ERROR`).
 
     Raises:
         ConfigError: naming the key, the registered names (and the nearest one), or the conflict.
@@ -45,6 +69,8 @@ def validate_components(cfg: Any) -> None:
             "whole generation round; dynamic_sampling.enable=true would keep only some groups and merge "
             "rounds. Set dynamic_sampling.enable=false"
         )
+    if cfg.model.dtype == "bf16-master" and _launched_world_size() > 1:
+        raise ConfigError(MASTER_WEIGHTS_DP_ERROR)
     if cfg.kl_in_reward and not cfg.beta > 0:
         raise ConfigError("kl_in_reward=true needs beta > 0 (the KL penalty in the reward is beta · KL); got beta=0")
     for check in CONFIG_CHECKS.keys():

@@ -25,7 +25,7 @@ import torch
 
 from rlvr.config import RLConfig
 from rlvr.engines.factory import build_engine
-from rlvr.errors import IdleRunError, RewardFailureError, RunStopped
+from rlvr.errors import ConfigError, IdleRunError, RewardFailureError, RunStopped
 from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.precision import PrecisionPolicy
@@ -38,6 +38,7 @@ from rlvr.trainer.components import (
     ADV_ESTIMATORS,
     BATCH_FILTERS,
     MASKS,
+    MASTER_WEIGHTS_DP_ERROR,
     SAMPLERS,
     SamplerContext,
     validate_run,
@@ -149,6 +150,8 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.world_size = dp.world_size if dp is not None else 1
         self.precision = precision if precision is not None else resolve_run_precision(
             cfg.model, model, dp.env.device if dp is not None else None)  # once: sharding, forwards, engine
+        if self.precision.master_weights and self.world_size > 1:
+            raise ConfigError(MASTER_WEIGHTS_DP_ERROR)
         lora = cfg.model.lora.r > 0 or is_peft_model(model)
         model, ref_model, gen_model, sharded = self._prepare_models(model, ref_model, lora)
         self.model = model
@@ -207,10 +210,11 @@ class Trainer(BatchPreparation, OptimizerSteps):
             from rlvr.engines.hf import HFEngine
 
             # the separate merged copy, or (generation_weights=gathered) the peft layers of the gathered policy
-            engine = HFEngine(base_causal_lm(gen_model), tokenizer, precision=self.precision)
+            engine = HFEngine(base_causal_lm(gen_model), tokenizer, precision=self.precision,
+                              continuous=cfg.continuous_batching)
         elif engine is None and lora:
             engine, self.weight_sync = lora_engine(model, tokenizer, merged=cfg.model.lora.merged_generation,
-                                                   precision=self.precision)
+                                                   precision=self.precision, continuous=cfg.continuous_batching)
         elif engine is None:
             engine = build_engine(cfg, gen_model, tokenizer, self.output_dir)
         if self.weight_sync is None and getattr(engine, "casts_weights", False):
@@ -248,7 +252,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
             from rlvr.distributed.data import RankPromptLoader
 
             self.loader = RankPromptLoader(self.loader, self.rank, self.world_size)
-        self.optimizer = build_optimizer(model.parameters(), cfg)
+        self.optimizer = build_optimizer(model.parameters(), cfg, master_weights=self.precision.master_weights)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.settings = loss_settings(cfg)
         self.adv_fn = ADV_ESTIMATORS[cfg.adv_estimator]

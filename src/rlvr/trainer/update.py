@@ -19,6 +19,7 @@ from rlvr.core.aggregation import AggDenominators, compute_denominators
 from rlvr.core.masks import combine_masks, loss_weights
 from rlvr.core.objective import LossMetricAccumulator, LossSettings, policy_objective
 from rlvr.trainer.forward import completion_logprobs, micro_batches
+from rlvr.trainer.optim import gradient_params
 from rlvr.types import RolloutBatch
 
 MaskFn = Callable[[RolloutBatch, torch.Tensor, torch.Tensor | None], Any]
@@ -131,7 +132,8 @@ def policy_update(
     ``batch.advantages`` must be set; ``batch.old_logp`` may be None (on-policy: ratio ≡ 1). A
     non-finite loss or gradient norm skips the step (gradients are discarded) and reports
     ``skipped=True`` — the caller counts consecutive skips. With ``step_optimizer=False`` the
-    accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules).
+    accumulated gradients are left in the parameters' ``.grad`` (for tests and custom schedules; under
+    ``bf16-master`` in the optimizer's fp32 masters', :func:`rlvr.trainer.optim.gradient_params`).
     ``loss_inputs`` are extra inputs of the registered policy loss (row-aligned tensors are cut per
     micro-batch, :func:`micro_loss_inputs`). The rows' ``sampler_logp`` (when present) go to the objective as ``rollout_logp``: the
     mismatch metrics ``actor/rollout_*`` are always reported and ``settings.rollout_is_mode`` applies the
@@ -158,7 +160,7 @@ def policy_update(
         extra_mask_fns=extra_mask_fns, loss_inputs=loss_inputs, share_prompt=share_prompt,
         scale=dp.loss_scale(loss_norm_scope) if dp is not None else 1.0, dp=dp,
     )
-    finite, factor, params = _rescale_for_masks(model, settings, denominators, den_parts, finite, dp)
+    finite, factor, params = _rescale_for_masks(model, optimizer, settings, denominators, den_parts, finite, dp)
     finite, grad_norm = _clip_and_step(optimizer, params, finite, max_grad_norm, step_optimizer, dp)
     out = acc.result()
     if factor != 1.0:
@@ -235,7 +237,7 @@ def _accumulate_gradients(
 
 
 def _rescale_for_masks(
-    model: torch.nn.Module, settings: LossSettings, denominators: AggDenominators | None,
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, settings: LossSettings, denominators: AggDenominators | None,
     den_parts: list[torch.Tensor], finite: bool, dp: Any,
 ) -> tuple[bool, float, list[torch.nn.Parameter]]:
     """Correct the accumulated gradient for the hooks' "drop" masks and (``dp``) reduce it over ranks.
@@ -243,8 +245,9 @@ def _rescale_for_masks(
     Global scope: the normalisers were computed before the forward, from W without the hooks' masks. The loss
     is linear in 1/normaliser, so rescaling the accumulated gradient afterwards gives exactly the loss normalised
     over W ⊙ "drop" masks (masks known only after the forward). Returns ``(finite, factor, params)``: ``finite``
-    is False when any rank failed, ``factor`` the rescale applied, ``params`` the trainable parameters (after the
-    reduction; FSDP: the shards).
+    is False when any rank failed, ``factor`` the rescale applied, ``params`` the tensors holding the gradient
+    (:func:`rlvr.trainer.optim.gradient_params`: the trainable parameters after the reduction, FSDP's shards, or
+    the optimizer's fp32 masters under ``bf16-master``).
     """
     factor = 1.0
     any_masks = bool(den_parts)
@@ -259,7 +262,7 @@ def _rescale_for_masks(
             actual_den = AggDenominators(token_weight=tw, num_seqs=ns, scale=denominators.scale,
                                          mode=denominators.mode)
         dp.reduce_gradients(model)  # every rank, even when skipping: the reduction is a collective
-    params = [p for p in model.parameters() if p.requires_grad]  # after the reduction (FSDP: the shards)
+    params = gradient_params(model, optimizer)  # after the reduction (FSDP: the shards; bf16-master: the masters)
     if finite and denominators is not None and any_masks and actual_den is not None:
         used = _normaliser(denominators, settings.loss_agg_mode)
         actual = _normaliser(actual_den, settings.loss_agg_mode)
