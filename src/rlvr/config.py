@@ -116,6 +116,10 @@ class RLConfig(StrictModel):
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     # generation backend: "hf" (in-process, shares the trained module) or "vllm" (a server; section vllm)
     engine: Literal["hf", "vllm"] = "hf"
+    # HF engine: when rows finish, waiting requests take their slots (rlvr.engines.continuous; rlvr eval too).
+    # Greedy results equal the chunked loop's up to float rounding; seeded sampling draws differently. vLLM
+    # always batches continuously and ignores it.
+    continuous_batching: bool = False
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # overlap: round k+1 is generated while round k trains; rows are exactly this many rounds stale (0 = off)
     max_async_level: int = Field(0, ge=0)

@@ -110,6 +110,10 @@ def test_merge_refuses_overlap_other_models_and_other_settings_and_skips_a_torn_
     (tmp_path / "d.json").write_text(json.dumps({"temperature": 0.0, "num_problems": 1}))
     with pytest.raises(DataError, match="temperature"):
         merge_samples([a, d])
+    (tmp_path / "a.json").write_text(json.dumps({"temperature": 0.7, "continuous_batching": False, "num_problems": 1}))
+    (tmp_path / "d.json").write_text(json.dumps({"temperature": 0.7, "continuous_batching": True, "num_problems": 1}))
+    with pytest.raises(DataError, match="continuous_batching=True"):  # sampled draws depend on the mode
+        merge_samples([a, d])
     (tmp_path / "d.json").unlink()  # a cut shard has no JSON: merged, and reported as incomplete
     m = merge_samples([a, d])
     assert m["num_problems"] == 2 and m["pass@1"] == 0.5 and [s["complete"] for s in m["shards"]] == [True, False]

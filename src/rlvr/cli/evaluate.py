@@ -143,7 +143,7 @@ def _evaluate_model(cfg, args: argparse.Namespace, task, model, tokenizer, label
             max_prompt_length=cfg.max_prompt_length, system_prompt=cfg.task.system_prompt,
             prompts_per_batch=max(1, e.batch_size // n_draw), seed=cfg.seed, limit=args.limit, offset=args.offset,
             progress=cfg.logging.progress, label=label, on_problem=writer, engine=engine,
-            make_sampler=episodes,
+            make_sampler=episodes, continuous=cfg.continuous_batching,
         )
     finally:
         if engine is not None:

@@ -132,7 +132,7 @@ def build_engine(cfg: Any, model: torch.nn.Module, tokenizer: Any, output_dir: s
     if cfg.engine == "hf":
         from rlvr.engines.hf import HFEngine
 
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, continuous=getattr(cfg, "continuous_batching", False))
     check_engine_config(cfg)
     from rlvr.engines.vllm_engine import VLLMClient, VLLMEngine
     from rlvr.engines.vllm_server import VLLMServer, VLLMServerError

@@ -21,8 +21,9 @@ from rlvr.eval.summary import summarize_records
 __all__ = ["SETTINGS", "merge_samples", "read_samples", "write_merged"]
 
 SETTINGS = ("task", "split", "num_samples", "temperature", "decoding", "top_p", "max_new_tokens", "seed", "ks",
-            "num_problems_total")
-"""Result keys every shard with a JSON must agree on (a merge of different settings would mean nothing)."""
+            "num_problems_total", "continuous_batching")
+"""Result keys every shard with a JSON must agree on (a merge of different settings would mean nothing; a
+shard JSON written before a key existed, e.g. ``continuous_batching``, is not checked on it)."""
 
 
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
