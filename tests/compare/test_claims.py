@@ -208,6 +208,21 @@ def test_curve_value_at_x():
     assert math.isnan(at_x(curve, "eval/pass@1", "step", 20))
 
 
+def test_curve_value_at_a_matched_level():
+    """Hand-computed: pass@1 0.2 at step 8, 0.4 at step 16 -> it reaches 0.3 at step 12; the entropy there
+    (logged at 10 and 14: 1.0 and 0.6) interpolates to 0.8."""
+    from rlvr.compare.claim_values import at_level, metric_value
+
+    curve = [{"step": 8, "eval/pass@1": 0.2}, {"step": 10, "actor/entropy": 1.0},
+             {"step": 14, "actor/entropy": 0.6}, {"step": 16, "eval/pass@1": 0.4}]
+    assert at_level(curve, "actor/entropy", "eval/pass@1", 0.3) == pytest.approx(0.8)
+    assert metric_value({}, curve, "actor/entropy@eval/pass@1>=0.3") == pytest.approx(0.8)
+    assert math.isnan(at_level(curve, "actor/entropy", "eval/pass@1", 0.5))  # never reached
+    assert math.isnan(at_level(curve, "actor/entropy", "eval/pass@1", 0.2))  # reached at 8, no entropy there yet
+    early = [{"step": 4, "eval/pass@1": 0.5, "actor/entropy": 0.9}] + curve
+    assert at_level(early, "actor/entropy", "eval/pass@1", 0.3) == pytest.approx(0.9)  # the first row already there
+
+
 def test_cli_exits_2_on_unpaired_seeds_and_writes_nothing(tmp_path, capsys):
     from rlvr.compare.claims import main
 

@@ -110,11 +110,45 @@ def at_x(curve: list[dict[str, Any]], key: str, xkey: str, x: float) -> float:
     return pts[0][1] if pts and pts[0][0] == x else math.nan
 
 
+def at_level(curve: list[dict[str, Any]], key: str, level_key: str, level: float, xkey: str = "step") -> float:
+    """``key`` at the first ``xkey`` where ``level_key`` reaches ``level``: e.g. the entropy of a run when its
+    held-out pass@1 first reaches 0.4 (a comparison "at matched pass@1").
+
+    The crossing ``x*`` is linearly interpolated between the two curve rows holding ``level_key`` around it
+    (the first row already at or above ``level`` gives its own ``x``); ``key`` is then read at ``x*`` by
+    :func:`at_x` from the rows that hold it. NaN when ``level_key`` never reaches ``level`` or ``key`` is not
+    logged around ``x*``.
+
+    Source: interpretation (issue 29: FBOS-RL's "higher entropy at matched pass@1"): a run's quantity compared
+    at equal task performance instead of equal budget, so that a run that learns faster is not credited or
+    blamed for the entropy drop that learning itself brings.
+    """
+    pts = sorted((float(r[xkey]), float(r[level_key])) for r in curve if level_key in r and xkey in r)
+    x_star = math.nan
+    for i, (x1, y1) in enumerate(pts):
+        if y1 >= level:
+            if i == 0 or y1 == pts[i - 1][1]:
+                x_star = x1
+            else:
+                x0, y0 = pts[i - 1]
+                x_star = x0 + (level - y0) * (x1 - x0) / (y1 - y0)
+            break
+    if not math.isfinite(x_star):
+        return math.nan
+    return at_x(curve, key, xkey, x_star)
+
+
 def metric_value(result: dict[str, Any], curve: list[dict[str, Any]], metric: str) -> float:
     """One run's value of ``metric`` from its ``result.json`` dict and ``curve.jsonl`` rows (NaN when
     the key is missing, e.g. a curve metric of a run whose curve is not kept). Besides
     :data:`METRICS` and ``result.json`` keys, ``KEY@XKEY=X`` reads a curve key at an x value
-    (:func:`at_x`), e.g. ``eval/pass@1@step=32``: held-out pass@1 after 32 optimizer updates."""
+    (:func:`at_x`), e.g. ``eval/pass@1@step=32``: held-out pass@1 after 32 optimizer updates, and
+    ``KEY@LEVELKEY>=L`` reads ``KEY`` where ``LEVELKEY`` first reaches ``L`` (:func:`at_level`; ``KEY`` has no
+    ``@``), e.g. ``actor/entropy@eval/pass@1>=0.4``: the entropy at a matched held-out pass@1 of 0.4."""
+    if ">=" in metric:
+        head, _, level = metric.rpartition(">=")
+        key, _, level_key = head.partition("@")
+        return at_level(curve, key, level_key, float(level))
     if "=" in metric:
         head, _, x = metric.rpartition("=")
         key, _, xkey = head.rpartition("@")
