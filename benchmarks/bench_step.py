@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer and print the ratio")
     p.add_argument("--trl-steps", type=int, default=2)
     p.add_argument("--trl-first", action="store_true", help="run TRL before rlvr")
-    p.add_argument("--dtype", default="auto", help="model.dtype for rlvr (auto, fp32, bf16, bf16-pure); TRL gets "
+    p.add_argument("--dtype", default="auto", help="model.dtype for rlvr (auto, fp32, bf16, bf16-pure, bf16-master); TRL gets "
                    "bf16=True exactly when this resolves to bf16")
     p.add_argument("--rlvr-json", help="take the rlvr results from this earlier output instead of running rlvr "
                    "(lets rlvr and TRL run as two separate ≤ 12-minute heavy runs)")

@@ -1,4 +1,4 @@
-"""Paired fp32 / bf16 / bf16-pure timing of the training update (issue 28's "bf16 update ≥ 2× fp32").
+"""Paired fp32 / bf16 / bf16-pure / bf16-master timing of the training update (issue 28's "bf16 update ≥ 2× fp32").
 
 One process, one model, one batch: each micro-batch runs the trainer's own update work
 (:func:`rlvr.trainer.forward.completion_logprobs` with entropy, then the backward of a policy-gradient loss)
@@ -8,7 +8,15 @@ log-prob difference from the fp32 arm is reported beside its time (bf16 rounding
 
 * ``fp32``: fp32 weights, no autocast;
 * ``bf16``: fp32 master weights, the forward and backward under bf16 autocast (``model.dtype=bf16``);
-* ``bf16-pure``: a bf16 copy of the weights, no autocast (``model.dtype=bf16-pure``).
+* ``bf16-pure``: a bf16 copy of the weights, no autocast (``model.dtype=bf16-pure``);
+* ``bf16-master``: another bf16 copy with fp32 masters in a
+  :class:`rlvr.trainer.master_weights.MasterWeightAdamW` (``model.dtype=bf16-master``): ``bf16-pure``'s forward
+  and backward, plus each backward's gradients added into the masters' fp32 ``.grad`` (the hook, timed inside
+  the backward).
+
+After the micro-batches, one optimizer step per arm is timed (the fused AdamW of the trainer; ``bf16`` steps the
+same fp32 weights as ``fp32``; ``bf16-master`` steps the fp32 masters and rounds them into the bf16 weights),
+the median of ``--steps`` steps, and reported beside the update.
 
 The batch is synthetic and shaped like ``bench_step.py``'s GRPO round (``--prompts`` groups of ``--gens`` rows
 sharing a ``--prompt-len``-token prompt, completion lengths uniform in ``[--max-new/4, --max-new]``, random
@@ -26,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -38,7 +45,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-ARMS = ("fp32", "bf16", "bf16-pure")
+ARMS = ("fp32", "bf16", "bf16-pure", "bf16-master")
 
 
 def synthetic_batch(vocab: int, prompts: int, gens: int, prompt_len: int, max_new: int, seed: int):
@@ -76,6 +83,21 @@ def update_once(model, micro, pad: int) -> tuple[float, float, torch.Tensor]:
     return t1 - t0, t2 - t1, lp.detach().float()
 
 
+def optimizer_step_seconds(model, optimizer, steps: int) -> float:
+    """Median seconds of ``steps`` optimizer steps on ``model``'s current gradients (a unit gradient where a
+    parameter has none, e.g. ``bf16-master``'s bf16 weights, whose gradients live in the masters)."""
+    holders = getattr(optimizer, "master_params", None) or [q for q in model.parameters() if q.requires_grad]
+    for q in holders:
+        if q.grad is None:
+            q.grad = torch.ones_like(q)
+    times = []
+    for _ in range(max(1, steps)):
+        t0 = time.perf_counter()
+        optimizer.step()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
 def trained_tokens(micro) -> int:
     """Tokens the shared-prompt forward runs for ``micro``: each distinct context once plus the completions."""
     ctx = {tuple(c) for c in micro.context_ids}
@@ -92,20 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-micro", type=int, default=8)
     p.add_argument("--warmup", type=int, default=1, help="micro-batches per arm run untimed first")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps timed per arm (median)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    from machine import print_machine
+    from machine import print_machine, write_result
 
     from rlvr.config import ModelConfig
     from rlvr.models import load_policy
     from rlvr.precision import resolve_precision, set_model_precision
     from rlvr.trainer.forward import micro_batches
+    from rlvr.trainer.master_weights import MasterWeightAdamW
 
     machine = print_machine()
     model, tok = load_policy(ModelConfig(name_or_path=a.model, dtype="fp32"))
     model.train()
     pure = copy.deepcopy(model).to(torch.bfloat16)
-    models = {"fp32": model, "bf16": model, "bf16-pure": pure}
+    master = copy.deepcopy(pure)
+    models = {"fp32": model, "bf16": model, "bf16-pure": pure, "bf16-master": master}
+    adamw = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    optimizers = {"fp32": adamw, "bf16": adamw, "bf16-pure": torch.optim.AdamW(pure.parameters(), lr=1e-6, fused=True),
+                  "bf16-master": MasterWeightAdamW(master.parameters(), lr=1e-6, fused=True)}
     policies = {arm: resolve_precision(arm, "cpu") for arm in ARMS}
     n_params = sum(q.numel() for q in model.parameters())
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -126,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     for j, rows in enumerate(groups):
         micro = batch.select(rows)
         tokens += trained_tokens(micro)
-        order = ARMS[j % 3:] + ARMS[: j % 3]
+        order = ARMS[j % len(ARMS):] + ARMS[: j % len(ARMS)]
         lps = {}
         for arm in order:
             f, b, lps[arm] = run(arm, micro)
@@ -135,24 +163,26 @@ def main(argv: list[str] | None = None) -> int:
         real = micro.completion_mask.bool()
         for arm in ARMS:
             gap[arm] = max(gap[arm], float((lps[arm] - lps["fp32"])[real].abs().max()))
+    step_s = {arm: optimizer_step_seconds(models[arm], optimizers[arm], a.steps) for arm in ARMS}
     flops = 6 * n_params * tokens
     res = {"machine": machine, "args": vars(a), "params": n_params, "trained_tokens": tokens,
            "micro_batches": len(groups), "start": start,
            "end": {"utc": time.strftime("%H:%M:%S", time.gmtime()), "loadavg": os.getloadavg()}, "arms": {}}
     print(f"\nupdate of {len(groups)} micro-batches, {tokens} tokens, {n_params / 1e6:.1f} M parameters "
           f"(load average {start['loadavg'][0]:.2f} → {os.getloadavg()[0]:.2f})")
-    print("| arm | forward s | backward s | update s | training GFLOP/s | × fp32 | max |Δ log p| vs fp32 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| arm | forward s | backward s | update s | training GFLOP/s | × fp32 | optimizer step s "
+          "| max |Δ log p| vs fp32 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     base = sum(secs["fp32"])
     for arm in ARMS:
         f, b = secs[arm]
         rate = flops / (f + b) / 1e9
         res["arms"][arm] = {"forward_s": f, "backward_s": b, "update_s": f + b, "training_gflops": rate,
-                            "speedup_vs_fp32": base / (f + b), "max_abs_logp_diff_vs_fp32": gap[arm]}
-        print(f"| {arm} | {f:.2f} | {b:.2f} | {f + b:.2f} | {rate:.1f} | {base / (f + b):.2f} | {gap[arm]:.2e} |")
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=2, default=str))
+                            "speedup_vs_fp32": base / (f + b), "optimizer_step_s": step_s[arm],
+                            "max_abs_logp_diff_vs_fp32": gap[arm]}
+        print(f"| {arm} | {f:.2f} | {b:.2f} | {f + b:.2f} | {rate:.1f} | {base / (f + b):.2f} | {step_s[arm]:.3f} "
+              f"| {gap[arm]:.2e} |")
+    write_result(a.out, res)
     return 0
 
 

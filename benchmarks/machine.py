@@ -8,8 +8,10 @@ these. Imported by the scripts in this folder (``python benchmarks/<script>.py``
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,3 +39,12 @@ def print_machine(shape: tuple[int, int, int] = (512, 576, 1536)) -> dict[str, A
           f"{rates['bfloat16'] / rates['float32']:.2f}); model.dtype=auto -> {auto.mode} ({auto.reason})", flush=True)
     return {"cpu": cpu, "matmul_shape": list(shape), "matmul_gflop_per_s": rates, "auto": auto.as_dict(),
             "time_utc": when, "loadavg": load}
+
+
+def write_result(out: str | Path | None, res: dict[str, Any]) -> None:
+    """Write a benchmark's result dict to ``out`` as indented JSON (parents created; nothing when ``out`` is
+    None). Values JSON cannot encode are written as their ``str``."""
+    if not out:
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(res, indent=2, default=str))
