@@ -34,21 +34,10 @@ import torch
 from rlvr.core.advantages import check_group_sizes, grpo_advantages, rloo_advantages
 from rlvr.distributed.stats import global_std
 from rlvr.registry import Registry
-from rlvr.samplers.group import GroupSampler, PromptEncoder
+from rlvr.samplers.context import SamplerContext
+from rlvr.samplers.group import GroupSampler
 from rlvr.samplers.multiturn import check_env_config, make_multiturn_sampler
 from rlvr.types import RolloutBatch
-
-
-@dataclass
-class SamplerContext:
-    """What a sampler factory may use: the run config, engine, prompt encoder, scorer, tokenizer."""
-
-    cfg: Any
-    engine: Any
-    encoder: PromptEncoder
-    scorer: Any
-    tokenizer: Any
-    pad_token_id: int
 
 
 SAMPLERS: Registry[Callable[[SamplerContext], Any]] = Registry("sampler", "rlvr.parts.SAMPLERS")

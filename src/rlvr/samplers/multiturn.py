@@ -394,7 +394,7 @@ def episode_sampler_factory(cfg: Any, tokenizer: Any) -> Callable[[Any, Any, Any
     evaluation); else None. The config must have been checked (:func:`check_env_config`)."""
     if getattr(cfg, "env", None) is None or cfg.env.type is None:
         return None
-    from rlvr.parts import SamplerContext
+    from rlvr.samplers.context import SamplerContext
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return lambda engine, encoder, scorer: make_multiturn_sampler(
