@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistEnv", "init_distributed", "resolve_device", "set_cpu_threads", "shutdown"]
+__all__ = ["DistEnv", "init_distributed", "is_launched", "launched_world_size", "resolve_device", "set_cpu_threads",
+           "shutdown"]
+
+
+def is_launched(env: Mapping[str, str] | None = None) -> bool:
+    """A launcher started this process: ``torchrun`` sets both ``WORLD_SIZE`` and ``RANK`` (``env``, default
+    ``os.environ``); one without the other is a one-process run."""
+    env = os.environ if env is None else env
+    return "WORLD_SIZE" in env and "RANK" in env
+
+
+def launched_world_size(env: Mapping[str, str] | None = None) -> int:
+    """The world size a launcher set (``WORLD_SIZE``), 1 when not launched (:func:`is_launched`).
+
+    Raises:
+        ValueError: ``WORLD_SIZE`` is set (with ``RANK``) but is not an integer.
+    """
+    env = os.environ if env is None else env
+    return int(env["WORLD_SIZE"]) if is_launched(env) else 1
 
 
 @dataclass(frozen=True)
@@ -108,8 +127,8 @@ def init_distributed(
         ValueError: ``nccl`` on a CPU device, an unknown backend, or a bad device.
     """
     env = os.environ
-    launched = "WORLD_SIZE" in env and "RANK" in env
-    world = int(env.get("WORLD_SIZE", 1)) if launched else 1
+    launched = is_launched(env)
+    world = launched_world_size(env)
     rank = int(env.get("RANK", 0)) if launched else 0
     local_rank = int(env.get("LOCAL_RANK", 0)) if launched else 0
     local_world = int(env.get("LOCAL_WORLD_SIZE", world)) if launched else 1

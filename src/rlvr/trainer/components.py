@@ -30,16 +30,16 @@ MASTER_WEIGHTS_DP_ERROR = (
 
 
 def _launched_world_size() -> int:
-    """The world size a launcher set (``torchrun`` sets both ``WORLD_SIZE`` and ``RANK``; one without the other
-    is a one-process run, as :func:`rlvr.distributed.env.init_distributed` reads it); 1 when not launched.
+    """:func:`rlvr.distributed.env.launched_world_size` (the reading ``init_distributed`` makes), with a bad
+    ``WORLD_SIZE`` as a configuration error.
 
     Raises:
         ConfigError: ``WORLD_SIZE`` is not an integer.
     """
-    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
-        return 1
+    from rlvr.distributed.env import launched_world_size
+
     try:
-        return int(os.environ["WORLD_SIZE"])
+        return launched_world_size()
     except ValueError:
         raise ConfigError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} (environment): expected an integer, as torchrun sets it") from None
 
