@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import rlvr.precision as prec
+import rlvr.precision as precision
+import rlvr.precision_probe as prec
 from rlvr.config import build_config
 from rlvr.errors import ConfigError
 from rlvr.precision import canonical_precision, probe_cpu_bf16, resolve_precision
@@ -110,7 +111,7 @@ def test_probe_on_this_machine_agrees_with_its_flags(fresh_probe):
 
 def test_decision_is_logged_once(monkeypatch, capsys):
     monkeypatch.setenv("RLVR_CPU_BF16", "1")
-    monkeypatch.setattr(prec, "_LOGGED", set())
+    monkeypatch.setattr(precision, "_LOGGED", set())
     resolve_precision("auto")
     resolve_precision("auto")
     err = capsys.readouterr().err
