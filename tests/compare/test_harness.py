@@ -290,3 +290,43 @@ def test_run_ended_by_its_rollout_budget_is_reported_stopped_not_failed(tmp_path
     err = capsys.readouterr().err
     assert "rlvr: run failed" not in err
     assert "rlvr: run stopped (rollout budget 8 reached (8 used)): 1 step (1 -> 1)" in err
+
+
+def test_baseline_is_evaluated_once_when_it_cannot_depend_on_the_seed(tmp_path, monkeypatch):
+    """Without factories the untrained policy's held-out evaluation is the same for every seed: one
+    evaluation, copies for the other seeds (marked ``reused_from_seed``); a factory may read the seed, so
+    then every seed is evaluated."""
+    import rlvr.compare.harness as harness
+
+    calls: list[int] = []
+
+    def fake_baseline(spec, seed, *, model_factory=None, task_factory=None):
+        calls.append(seed)
+        result = {"arm": "initial", "seed": seed, "steps": 0, "eval/pass@1": 0.25 + seed}
+        path = tmp_path / "cmp" / "initial" / f"seed{seed}" / "result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(harness, "run_baseline", fake_baseline)
+    spec = _spec(tmp_path, "steps=1", arms=("grpo",), seeds=(0, 1, 2))
+    out = tmp_path / "cmp"
+    harness._run_baselines(spec, out, lambda m: None, None, None)
+    assert calls == [0]
+    for s in (1, 2):
+        r = json.loads((out / f"initial/seed{s}/result.json").read_text())
+        assert r["seed"] == s and r["reused_from_seed"] == 0 and r["eval/pass@1"] == 0.25  # seed 0's numbers
+    # seed 0 finished earlier, seed 3 added: reused from the file on disk, no new evaluation
+    spec.seeds = [0, 1, 2, 3]
+    harness._run_baselines(spec, out, lambda m: None, None, None)
+    assert calls == [0] and json.loads((out / "initial/seed3/result.json").read_text())["reused_from_seed"] == 0
+    # with a model factory every missing seed is evaluated
+    spec.seeds = [4, 5]
+    harness._run_baselines(spec, out, lambda m: None, lambda cfg: None, None)
+    assert calls == [0, 4, 5]
+    assert "reused_from_seed" not in json.loads((out / "initial/seed5/result.json").read_text())
+    # the key leaves out the run seed and the output folder, and keeps what the evaluation reads
+    assert harness._baseline_inputs(spec, 0) == harness._baseline_inputs(spec, 7)
+    other = _spec(tmp_path, "steps=1", arms=("grpo",), seeds=(0,))
+    other.common = other.common + ["max_completion_length=6"]
+    assert harness._baseline_inputs(other, 0) != harness._baseline_inputs(spec, 0)

@@ -268,6 +268,47 @@ def run_baseline(spec: CompareSpec, seed: int, *, model_factory: Callable[[Any],
     return result
 
 
+def _baseline_inputs(spec: CompareSpec, seed: int) -> str:
+    """What the untrained policy's evaluation of ``seed`` depends on: the first arm's run config without the
+    run seed and the logging section (JSON). The held-out evaluation has its own fixed seed
+    (:func:`rlvr.compare.heldout._held_out_eval`), and neither the model section nor the task section
+    reads the run seed, so two seeds with equal inputs evaluate the same policy on the same draws."""
+    cfg = spec.run_config(spec.arms[0], seed, Path(spec.output_dir) / BASELINE / f"seed{seed}")
+    return json.dumps(cfg.model_dump(mode="json", exclude={"seed", "logging"}), sort_keys=True, default=str)
+
+
+def _run_baselines(spec: CompareSpec, out: Path, log: Callable[[str], None], model_factory, task_factory) -> None:
+    """Write ``OUT/initial/seed<k>/result.json`` for every seed that has none.
+
+    Without factories the untrained policy's evaluation does not depend on the run seed
+    (:func:`_baseline_inputs`), so it runs once and the other seeds get its result (with
+    ``"reused_from_seed"``): before this, a pre-registered table re-ran the same 200 × 8 evaluation once per
+    seed and got the same numbers 8 times. A model or task factory may read the seed: then every seed is
+    evaluated. Interpretation: a saving, not a change of what the baseline row measures.
+    """
+    done: dict[str, dict[str, Any]] = {}
+    for seed in spec.seeds:
+        path = out / BASELINE / f"seed{seed}" / "result.json"
+        shareable = model_factory is None and task_factory is None
+        key = _baseline_inputs(spec, seed) if shareable else None
+        if path.exists():
+            if key is not None and key not in done:
+                done[key] = json.loads(path.read_text())
+            continue
+        if key is not None and key in done:
+            src = done[key]
+            base_seed = src.get("reused_from_seed", src["seed"])
+            log(f"compare: {BASELINE} seed {seed}: the same evaluation as seed {base_seed} (the untrained policy "
+                "does not depend on the run seed); its result reused")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_json(path, {**src, "seed": seed, "reused_from_seed": base_seed})
+            continue
+        log(f"compare: {BASELINE} seed {seed}: evaluating the untrained policy")
+        result = run_baseline(spec, seed, model_factory=model_factory, task_factory=task_factory)
+        if key is not None:
+            done[key] = result
+
+
 def _guarded(spec: CompareSpec, arm: Arm, seed: int, model_factory, task_factory, log,
              deadline: Deadline | None = None) -> dict[str, Any] | None:
     """:func:`run_one`, but a run that crashes writes ``error.txt`` and yields None (the others go on)."""
@@ -345,10 +386,7 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
                 write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
             return [r for r in results.values() if r is not None]
     if spec.eval_baseline:
-        for seed in spec.seeds:
-            if not (out / BASELINE / f"seed{seed}" / "result.json").exists():
-                log(f"compare: {BASELINE} seed {seed}: evaluating the untrained policy")
-                run_baseline(spec, seed, model_factory=model_factory, task_factory=task_factory)
+        _run_baselines(spec, out, log, model_factory, task_factory)
     if report:
         write_report(out, arms=spec.report_arms(), seeds=spec.seeds, budget=spec.budget)
     return [r for r in (results[(a.name, s)] for a in spec.arms for s in spec.seeds) if r is not None]
