@@ -330,3 +330,18 @@ def test_baseline_is_evaluated_once_when_it_cannot_depend_on_the_seed(tmp_path, 
     other = _spec(tmp_path, "steps=1", arms=("grpo",), seeds=(0,))
     other.common = other.common + ["max_completion_length=6"]
     assert harness._baseline_inputs(other, 0) != harness._baseline_inputs(spec, 0)
+
+
+def test_runs_left_to_do_are_ordered_seed_major_and_skip_finished_ones(tmp_path):
+    """The claims pair arms by seed, so the work list goes seed by seed (every arm of seed 0, then seed 1):
+    a comparison cut off early leaves whole pairs. Finished runs (``result.json``) are read, not re-run."""
+    import rlvr.compare.harness as harness
+
+    spec = _spec(tmp_path, "steps=1", arms=("grpo", "drgrpo=dr_grpo"), seeds=(0, 1, 2))
+    out = tmp_path / "cmp"
+    done = out / "drgrpo" / "seed1" / "result.json"
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"arm": "drgrpo", "seed": 1, "eval/pass@1": 0.5}))
+    results, todo = harness._finished_and_todo(spec, out, lambda m: None)
+    assert [(a.name, s) for a, s in todo] == [("grpo", 0), ("drgrpo", 0), ("grpo", 1), ("grpo", 2), ("drgrpo", 2)]
+    assert results == {("drgrpo", 1): {"arm": "drgrpo", "seed": 1, "eval/pass@1": 0.5}}

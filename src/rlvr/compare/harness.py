@@ -348,7 +348,7 @@ def run_compare(spec: CompareSpec, *, model_factory=None, task_factory=None, log
     out of the results and the report, and is retried on the next invocation.
 
     Returns:
-        all results (finished earlier or now), in arm × seed order.
+        all results (finished earlier or now), in arm × seed order (the runs themselves go seed by seed).
 
     Raises:
         ConfigError: an invalid arm configuration, or an existing ``compare.yaml`` in the output
@@ -427,11 +427,13 @@ def _write_spec(spec: CompareSpec, saved: Path) -> None:
 def _finished_and_todo(spec: CompareSpec, out: Path, log: Callable[[str], None],
                        ) -> tuple[dict[tuple[str, int], dict[str, Any] | None], list[tuple[Arm, int]]]:
     """``(results, todo)``: the results of the runs finished earlier (``result.json`` read) by
-    ``(arm, seed)``, and the arm × seed pairs still to run, in arm × seed order."""
+    ``(arm, seed)``, and the arm × seed pairs still to run, **seed-major** (every arm of seed 0, then of
+    seed 1, ...): the claims pair arms by seed, so a comparison cut off early (a time limit, a kill)
+    leaves whole pairs rather than one arm's seeds. Interpretation: an order, no change to any run."""
     results: dict[tuple[str, int], dict[str, Any] | None] = {}
     todo = []
-    for arm in spec.arms:
-        for seed in spec.seeds:
+    for seed in spec.seeds:
+        for arm in spec.arms:
             res_path = out / arm.name / f"seed{seed}" / "result.json"
             if res_path.exists():
                 log(f"compare: {arm.name} seed {seed}: finished earlier, skipped")
