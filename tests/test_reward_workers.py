@@ -151,3 +151,36 @@ def test_resume_command_under_torchrun_includes_the_launcher():
     assert _resume_command(argv, two) == "torchrun --nproc_per_node 2 -m rlvr train --config grpo --resume"
     nodes = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
     assert _resume_command(argv, nodes).startswith("torchrun --nproc_per_node 4 --nnodes 2 -m rlvr train")
+
+
+def test_a_script_read_from_stdin_scores_in_workers_and_still_cuts_off_a_hung_call():
+    """``python - < train.py`` (and a notebook) defines the task in a ``__main__`` that a forkserver child
+    cannot rebuild (it opens ``<stdin>``): every worker used to exit while loading the task. The pool then
+    forks instead; the timeout still cuts off a hung call, and the good calls keep their scores."""
+    script = textwrap.dedent("""
+        import time
+        from rlvr.reward_pool import VerifierPool, main_reimportable
+        from rlvr.tasks.base import Verdict
+
+        class StdinTask:
+            name = "stdin"
+            def verify(self, problem, text):
+                if text == "hang":
+                    time.sleep(60)
+                return Verdict(score=float(len(text)), correct=True)
+
+        pool = VerifierPool(StdinTask(), 2, 3.0)
+        t0 = time.monotonic()
+        out = pool.run([(0, {}, "ab"), (1, {}, "hang"), (2, {}, "abc")])
+        pool.close()
+        print("reimportable", main_reimportable(), "method", pool._ctx.get_start_method())
+        print("scores", out[0][0], out[2][0], "hung", out[1][0], out[1][3][0])
+        print("seconds", round(time.monotonic() - t0))
+    """)
+    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": SRC}, cwd=TESTS)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["reimportable"] == "False method fork"
+    assert lines["scores"] == "2.0 3.0 hung 0.0 Timeout"
+    assert int(lines["seconds"]) < 30  # the 60 s call was cut off at the 3 s deadline

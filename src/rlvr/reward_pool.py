@@ -79,6 +79,25 @@ def _main_package() -> list[str]:
     return [pkg] if pkg else []
 
 
+def main_reimportable() -> bool:
+    """Whether a ``spawn``/``forkserver`` child can rebuild ``__main__``: True for a module run with
+    ``python -m`` (it has a ``__spec__``) or a script file that exists.
+
+    False for a script read from stdin (``python - < train.py``: ``__file__`` is ``"<stdin>"``, which the
+    child tries to open, so every worker exits while loading the task) and where ``__main__`` has no file
+    (a notebook, the REPL, ``python -c``): a task class defined there does not exist in the child.
+    """
+    import sys
+
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return False
+    return os.path.isfile(path)
+
+
 def _describe_exit(code: int | None) -> str:
     """``exit code 3`` / ``killed by SIGKILL`` for a worker's ``Process.exitcode`` (negative: a signal)."""
     if code is None:
@@ -158,7 +177,12 @@ class VerifierPool:
             importing the task's modules, is not counted) within which every call of one batch must
             be answered (0 = no limit); calls unanswered then are timeouts (see the module docstring).
         start_method: multiprocessing start method (``forkserver`` by default: workers do not
-            inherit the trainer's threads or model memory).
+            inherit the trainer's threads or model memory). Where the default cannot rebuild
+            ``__main__`` (:func:`main_reimportable` is False: a script read from stdin, a notebook or
+            REPL) the pool uses ``fork`` instead, whose children inherit ``__main__`` as it is
+            (interpretation: the verifier then runs beside an inherited copy of the trainer's memory,
+            as a ``torch.utils.data.DataLoader`` worker does on Linux; without it every worker exited
+            while loading the task).
         startup_timeout_s: seconds a worker may take to start and load the task.
 
     Raises:
@@ -178,6 +202,8 @@ class VerifierPool:
         self.startup_timeout_s = float(startup_timeout_s)
         self.max_spares = max(MIN_SPARE_WORKERS, num_workers)
         methods = mp.get_all_start_methods()
+        if start_method == "forkserver" and "fork" in methods and not main_reimportable():
+            start_method = "fork"
         self._ctx = mp.get_context(start_method if start_method in methods else "spawn")
         if self._ctx.get_start_method() == "forkserver":
             # the fork server imports these once; each worker (and each replacement of a killed one)
