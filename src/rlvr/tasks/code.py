@@ -52,6 +52,9 @@ class CodeConfig(BaseModel):
         timeout_s: seconds per test (a completion's run is allowed ``timeout_s × (tests + 1) + 1``).
         memory_mb, output_bytes: sandbox limits per run.
         url: the ``http`` backend's service; python: the interpreter inside bwrap/local.
+        allow_local_hidden_tests: run problems with hidden tests under ``backend: local`` anyway.
+            Off by default because ``local`` does not hide the file system: a program can read the
+            data file (or rlvr's own built-in problems) and copy the hidden tests' expected values.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +67,7 @@ class CodeConfig(BaseModel):
     output_bytes: int = Field(65536, ge=1024)
     url: str | None = None
     python: str | None = None
+    allow_local_hidden_tests: bool = False
 
 
 def _tests_of(row: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -198,6 +202,7 @@ class CodeTask:
         self.name = name
         self._splits = {"train": train, "eval": eval}
         self.options = options
+        _refuse_local_hidden_tests(name, [*(train or []), *eval], options)
         self.system_prompt = CODE_SYSTEM_PROMPT if system_prompt is None else system_prompt
         self.feedback_hint = feedback_hint
         self.correct_threshold = 1.0
@@ -247,6 +252,19 @@ class CodeTask:
     def __repr__(self) -> str:
         sizes = {k: None if v is None else len(v) for k, v in self._splits.items()}
         return f"CodeTask({self.name!r}, {sizes}, scoring={self.options.scoring}, backend={self.options.backend})"
+
+
+def _refuse_local_hidden_tests(name: str, problems: list[Problem], options: CodeConfig) -> None:
+    """Raise ConfigError when hidden tests would run under ``local``, which cannot keep them hidden."""
+    if options.backend != "local" or options.allow_local_hidden_tests:
+        return
+    hidden = next((p for p in problems if any(t.get("hidden") for t in p.metadata["tests"])), None)
+    if hidden is not None:
+        raise ConfigError(
+            f"task {name!r}: problem {hidden.uid!r} has hidden tests, and backend local cannot keep them hidden "
+            "(a program reads the file system with its user's rights, so it can copy the expected values from "
+            "the data file or rlvr's own built-in problems). Use backend bwrap (rlvr doctor says why it cannot "
+            "run here) or http, or set task.config.allow_local_hidden_tests=true if the programs are trusted")
 
 
 def _options(cfg: Any) -> CodeConfig:

@@ -2,18 +2,16 @@
 
 Two kinds of test (a problem's ``metadata["tests"]``, in order):
 
-* ``{"kind": "assert", "expr": "add(1, 2) == 3", "hidden": false}`` — evaluated after the program
-  has been loaded as a module. All assert tests of a completion run in ONE sandbox run, through a
-  harness (:data:`HARNESS`) that reports each result on stdout after a per-run random nonce; a
-  test counts as passed only when its nonce line says so, so a program that exits early
-  (``sys.exit(0)``, ``os._exit``) or prints fake results passes nothing. Interpretation: the nonce
-  reaches the harness through stdin, which it reads before the program runs, so the program cannot
-  read it from a file or the environment; a program that inspects the harness's frames could, which
-  this does not claim to stop.
+* ``{"kind": "assert", "expr": "add(1, 2) == 3", "hidden": false}`` and ``{"kind": "check", "code":
+  ...}`` (HumanEval's ``check(candidate)``, hidden) — all of a completion's tests run in ONE sandbox
+  run, through the harness of :mod:`rlvr.tasks.harness`: a judge process holds the tests and compares
+  plain values decoded from the program's answers, the program runs in a second process that sees
+  only the arguments of each call, and a result counts only when its report line carries the run's
+  HMAC. A program that exits early, prints fake results, patches builtins, returns an object whose
+  ``__eq__`` always answers True or inspects frames passes nothing (``docs/code_rewards.md``).
 * ``{"kind": "io", "stdin": "1 2\\n", "stdout": "3\\n", "hidden": false}`` — the program runs as
   ``__main__`` with that stdin, once per test; it passes when it exits 0 and its stdout equals the
   expected one, up to trailing whitespace on each line and trailing blank lines.
-* ``metadata["test_code"]`` (HumanEval's ``check(candidate)``) runs as one more, hidden, test.
 
 Tests run in order and stop at the first failure; ``passed`` is the number before it.
 """
@@ -21,13 +19,12 @@ Tests run in order and stop at the first failure; ``passed`` is the number befor
 from __future__ import annotations
 
 import ast
-import json
 import re
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from rlvr.sandbox import run as sandbox_run
+from rlvr.tasks.harness import judge_program, judge_stdin, new_key, read_reports
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PY = {"python", "py", "python3", "py3", "python2"}
@@ -60,75 +57,6 @@ def syntax_problem(code: str) -> str | None:
     except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-HARNESS = r'''
-import ast as _ast, json as _json, os as _os, signal as _signal, sys as _sys
-_nonce = _sys.stdin.readline().strip()
-_sys.stdin = open(_os.devnull)
-_report = _os.fdopen(_os.dup(1), "w")
-_spec = _json.loads(open("tests.json").read())
-_os.remove("tests.json")
-class _TestTimeout(BaseException):
-    pass
-def _alarm(*_):
-    raise _TestTimeout()
-_signal.signal(_signal.SIGALRM, _alarm)
-def _say(**kw):
-    _report.write(_nonce + " " + _json.dumps(kw) + "\n"); _report.flush()
-def _short(v):
-    try:
-        s = repr(v)
-    except BaseException as e:
-        s = "<unprintable %s>" % type(e).__name__
-    return s if len(s) <= 200 else s[:197] + "..."
-def _fail(i, e):
-    kind = "Timeout" if isinstance(e, _TestTimeout) else type(e).__name__
-    _say(i=i, ok=False, error=kind, message=str(e)[:300])
-def _main():
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
-    _signal.setitimer(_signal.ITIMER_REAL, _spec["per_test_s"])
-    try:
-        exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
-    except BaseException as e:
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-        return _fail(-1, e)
-    _signal.setitimer(_signal.ITIMER_REAL, 0)
-    entry = _spec["entry_point"]
-    if entry and not callable(ns.get(entry)):
-        return _say(i=-1, ok=False, error="NameError", message="no function %r is defined" % entry)
-    _say(loaded=True)
-    for i, t in enumerate(_spec["tests"]):
-        _signal.setitimer(_signal.ITIMER_REAL, _spec["per_test_s"])
-        try:
-            if t.get("code") is not None:
-                exec(t["code"], ns)
-                ns["check"](ns[entry])
-                ok, got, exp = True, None, None
-            else:
-                node = _ast.parse(t["expr"], mode="eval").body
-                if isinstance(node, _ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], _ast.Eq):
-                    got = eval(compile(_ast.Expression(node.left), "test", "eval"), ns)
-                    exp = eval(compile(_ast.Expression(node.comparators[0]), "test", "eval"), ns)
-                    ok = bool(got == exp)
-                else:
-                    ok, got, exp = bool(eval(t["expr"], ns)), None, None
-        except BaseException as e:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-            return _fail(i, e)
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-        if not ok:
-            return _say(i=i, ok=False, error="AssertionError", message="",
-                        got=None if got is None else _short(got), expected=None if exp is None else _short(exp))
-        _say(i=i, ok=True)
-    _say(done=True)
-_main()
-_report.close()
-_os._exit(0)
-'''
-"""The program of an assert-style run (``main.py``); the candidate is ``solution.py`` beside it and
-the tests ``tests.json`` (deleted once read). Each test gets ``per_test_s`` (``ITIMER_REAL``,
-raising a ``BaseException`` that ``except Exception`` in the candidate does not swallow)."""
 
 
 @dataclass(frozen=True)
@@ -176,35 +104,43 @@ def _last_exception(stderr: str) -> tuple[str, str]:
 
 
 def run_assert_tests(code: str, tests: list[dict[str, Any]], entry_point: str | None, cfg: Any) -> Outcome:
-    """Run the assert-style (and ``test_code``) ``tests`` of one program in one sandbox run.
+    """Run the assert-style (and ``test_code``) ``tests`` of one program in one sandbox run, through the
+    judge/candidate harness (:mod:`rlvr.tasks.harness`): the tests and their expected values never
+    enter the program's process, results are compared as plain values by the judge, and only
+    HMAC-signed report lines count.
 
     Raises:
-        SandboxFailure: the backend could not run the harness.
+        SandboxFailure: the backend could not run the harness, or the harness itself failed (it could
+            not protect itself, a test's own code failed, a test passes a value it cannot send).
     """
-    nonce = secrets.token_hex(16)
-    spec = {"tests": tests, "entry_point": entry_point, "per_test_s": cfg.timeout_s}
-    res = sandbox_run(HARNESS, stdin=nonce + "\n", files={"solution.py": code, "tests.json": json.dumps(spec)},
+    key = new_key()
+    stdin = judge_stdin(key, tests, entry_point, cfg.timeout_s, cfg.output_bytes)
+    res = sandbox_run(judge_program(), stdin=stdin, files={"solution.py": code},
                       timeout_s=cfg.timeout_s * (len(tests) + 1) + 1.0, **_limits(cfg))
     if res.status == "sandbox_error":
         raise SandboxFailure(f"sandbox backend {res.backend} failed: {res.detail}")
-    reports = []
-    for line in res.stdout.splitlines():
-        head, _, body = line.partition(" ")
-        if head == nonce:
-            reports.append(json.loads(body))
     passed, loaded = 0, False
-    for r in reports:
+    for r in read_reports(res.stdout, key):
+        if "harness" in r:
+            raise SandboxFailure(f"code-scoring harness: {r['harness']}")
         if r.get("loaded"):
             loaded = True
             continue
         if r.get("done"):
-            return Outcome(passed, len(tests))
+            return Outcome(passed, len(tests)) if loaded and passed == len(tests) else _ended(passed, tests, loaded, res)
         if r.get("ok"):
             passed += 1
             continue
-        return Outcome(passed, len(tests), r["i"], r["error"], r.get("message", ""), r.get("got"), r.get("expected"))
+        i = r.get("i", passed)
+        return Outcome(passed, len(tests), i, str(r.get("error", "Error")), str(r.get("message") or ""),
+                       r.get("got"), r.get("expected"))
+    return _ended(passed, tests, loaded, res)
+
+
+def _ended(passed: int, tests: list[dict[str, Any]], loaded: bool, res: Any) -> Outcome:
+    """The run ended before the judge reported the last test (killed, out of time or memory)."""
     error = _STATUS_ERROR.get(res.status, "Exited")
-    message = res.detail if res.status != "ok" else "the program ended the run before the tests finished"
+    message = res.detail if res.status != "ok" else "the run ended before the tests finished"
     return Outcome(passed, len(tests), passed if loaded else -1, error, message)
 
 
