@@ -184,3 +184,32 @@ def test_a_script_read_from_stdin_scores_in_workers_and_still_cuts_off_a_hung_ca
     assert lines["reimportable"] == "False method fork"
     assert lines["scores"] == "2.0 3.0 hung 0.0 Timeout"
     assert int(lines["seconds"]) < 30  # the 60 s call was cut off at the 3 s deadline
+
+
+def test_hung_calls_past_the_spare_cap_cost_only_themselves(tok):
+    """B20 (issue 37): with every worker and spare (1 + MIN_SPARE_WORKERS) stuck on a hung call, the
+    calls still queued behind them scored 0 as timeouts although they were fine. Now each call has its
+    own reward_timeout_s: the killed workers' slots take the queue, so only the 6 hung calls are lost,
+    and the batch stays within BATCH_DEADLINE_FACTOR x reward_timeout_s (+ start-up)."""
+    from reward_worker_tasks import ScriptedTask
+
+    from rlvr.reward_pool import BATCH_DEADLINE_FACTOR, MIN_SPARE_WORKERS
+
+    t = 2.0
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=t, num_workers=1)
+    try:
+        sc.score(make_batch(tok, ["ok-0"]))  # the worker is up: start-up is not timed
+        hung = [f"hang-{i}" for i in range(1, MIN_SPARE_WORKERS + 3)]  # one more than workers + spares
+        uids = ["ok-0", *hung, "bad-7", "ok-8"]
+        b = make_batch(tok, uids)
+        t0 = time.monotonic()
+        with pytest.warns(UserWarning, match="reward_timeout_s"):
+            st = sc.score(b)
+        elapsed = time.monotonic() - t0
+        assert (st.timeouts, st.errors, st.calls) == (len(hung), 0, len(uids))
+        assert b.rewards.tolist() == [0.5] + [0.0] * len(hung) + [0.0, 0.5]
+        assert b.feedback[-2:] == ["no", None]  # the calls after the hung ones were really scored
+        assert elapsed < BATCH_DEADLINE_FACTOR * t + 5, elapsed
+        assert len(sc._pool._workers) == 1
+    finally:
+        sc.close()

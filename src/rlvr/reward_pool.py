@@ -4,17 +4,17 @@ it, :mod:`rlvr.tasks.base` and the task's own modules.
 
 A reward function that *hangs* (issue 3) is cut off: with a timeout (or more than one worker) the
 verifier runs in worker processes (:class:`VerifierPool`, ``forkserver`` start), which take the batch's
-calls one at a time from one queue. **The timeout is one deadline per batch** (issue 12): every call
-of a batch must be answered within ``timeout_s`` of the first worker being ready, so a batch is scored
-in at most about ``timeout_s`` however many calls hang (one at a time, 32 hung calls with a 3 s
-timeout took 97 s). **A hung call costs only itself** (issue 25 item 3): when calls are waiting and no
-worker is free, a spare worker is started for each worker that has been on its call for
-:data:`STALL_FRACTION` of the timeout (up to ``max(MIN_SPARE_WORKERS, num_workers)`` spares per batch, ended after it). At
-the deadline the workers still running a call are killed (their process groups: what a reward
-function forked goes too) and replaced; those calls, and any the batch never started, score 0 and
-are counted in ``ScoreStats.timeouts``. This follows verl's ``prime`` reward manager (all calls
-submitted at once to a process pool, one ``asyncio.wait_for`` timeout each, so they share one
-deadline; code-precedent). Without a timeout and with one worker, scoring stays in-process.
+calls one at a time from one queue. **Each call has its own deadline**, ``timeout_s`` from when a
+worker took it (issue 37, B20): a call past it is killed with its worker (its process group: what a
+reward function forked goes too) and scored 0; the worker is replaced and the queue goes on, so the
+calls behind a hung one are still scored. **A hung call costs only itself** (issue 25 item 3): when
+calls are waiting and no worker is free, a spare worker is started for each worker that has been on
+its call for :data:`STALL_FRACTION` of the timeout (up to ``max(MIN_SPARE_WORKERS, num_workers)``
+spares per batch, ended after it). **The batch is bounded** at :data:`BATCH_DEADLINE_FACTOR` x
+``timeout_s`` from the first worker being ready (issue 12: 32 hung calls one at a time with a 3 s
+timeout took 97 s): calls still running or never started then score 0. Every such call is counted in ``ScoreStats.timeouts``. This follows verl's ``prime``
+reward manager (all calls submitted at once to a process pool, one ``asyncio.wait_for`` timeout
+each; code-precedent), with the deadline counted from when a worker takes the call. Without a timeout and with one worker, scoring stays in-process.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ STALL_FRACTION = 0.1
 is, and calls are waiting, :class:`VerifierPool` starts a spare (interpretation: early enough that the
 waiting calls still fit in the batch deadline; a legitimately slow verifier then gets extra workers,
 bounded by the spare cap)."""
+
+BATCH_DEADLINE_FACTOR = 2.0
+"""A batch is cut off at this many ``reward_timeout_s`` after its first worker is ready (each call has its
+own ``reward_timeout_s``; calls re-dispatched after a killed one get the rest of this bound). Interpretation:
+twice the one-deadline-per-batch worst case it replaced (issue 37 item B20)."""
 
 MIN_SPARE_WORKERS = 4
 """Spare workers a batch may start beyond ``reward_num_workers`` (at least; ``num_workers`` when larger)."""
@@ -173,9 +178,10 @@ class VerifierPool:
         task: the task; must be picklable (it is sent to each worker once, at start).
         num_workers: worker processes (≥ 1) kept between batches; calls are handed out one at a time
             to whichever is free, so the batch is scored in parallel.
-        timeout_s: the batch deadline: seconds from the first worker being ready (its start-up,
-            importing the task's modules, is not counted) within which every call of one batch must
-            be answered (0 = no limit); calls unanswered then are timeouts (see the module docstring).
+        timeout_s: seconds one call may run once a worker took it (0 = no limit); the batch is cut
+            off at ``BATCH_DEADLINE_FACTOR x timeout_s`` from the first worker being ready (its start-up,
+            importing the task's modules, is not counted); calls unanswered then are timeouts (see
+            the module docstring).
         start_method: multiprocessing start method (``forkserver`` by default: workers do not
             inherit the trainer's threads or model memory). Where the default cannot rebuild
             ``__main__`` (:func:`main_reimportable` is False: a script read from stdin, a notebook or
@@ -265,7 +271,7 @@ class VerifierPool:
         Returns:
             ``idx -> (score, correct, feedback, error)`` for every item; ``error`` is ``(kind, text)``
             for a verifier that raised, returned a non-number, was still running or not yet started
-            when the batch deadline passed (kind ``"Timeout"``) or killed its worker (kind
+            when its own or the batch's deadline passed (kind ``"Timeout"``) or killed its worker (kind
             ``"WorkerDied"``, with the exit code or signal; a replacement takes the next calls), else None.
 
         Raises:
@@ -278,15 +284,21 @@ class VerifierPool:
         self.start()
         queue = deque(items)
         t0 = time.monotonic()
-        deadline = math.inf
+        deadline = math.inf  # the batch's hard bound: BATCH_DEADLINE_FACTOR x timeout_s from the first ready worker
+        per_call = self.timeout_s if self.timeout_s > 0 else math.inf
         stall_s = STALL_FRACTION * self.timeout_s if self.timeout_s > 0 else math.inf
-        timeout_text = (f"reward function did not return within reward_timeout_s={self.timeout_s:g} s "
-                        "(the batch's deadline)")
+        timeout_text = f"reward function did not return within reward_timeout_s={self.timeout_s:g} s"
         try:
             while queue or any(w is not None and w["item"] is not None for w in self._workers):
                 now = time.monotonic()
                 if deadline == math.inf and self.timeout_s > 0 and any(w and w["ready"] for w in self._workers):
-                    deadline = now + self.timeout_s
+                    deadline = now + BATCH_DEADLINE_FACTOR * self.timeout_s
+                overdue = [j for j, w in enumerate(self._workers)
+                           if w is not None and w["item"] is not None and now >= w["since"] + per_call]
+                for j in overdue:  # a call past its own deadline: only it is lost, the queue goes on
+                    results[self._workers[j]["item"][0]] = (0.0, False, None, ("Timeout", timeout_text))
+                if overdue:
+                    self._replace(*overdue)
                 for w in self._workers:  # hand a call to every free worker
                     if queue and w is not None and w["ready"] and w["item"] is None:
                         w["item"], w["since"] = queue.popleft(), now
@@ -297,14 +309,19 @@ class VerifierPool:
                     stuck = sum(w["item"] is not None and now - w["since"] >= stall_s for w in live)
                     starting = sum(not w["ready"] for w in live)
                     room = self.num_workers + self.max_spares - len(self._workers)
-                    for _ in range(max(0, min(len(queue), stuck - starting, room))):
-                        self._workers.append(None)
-                        self._start(len(self._workers) - 1)
+                    free = [j for j in range(self.num_workers, len(self._workers)) if self._workers[j] is None]
+                    for _ in range(max(0, min(len(queue), stuck - starting, room + len(free)))):
+                        if free:  # a spare slot freed by a killed call is reused
+                            self._start(free.pop(0))
+                        else:
+                            self._workers.append(None)
+                            self._start(len(self._workers) - 1)
                 if now >= deadline:
                     break
                 if deadline == math.inf and now - t0 > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
                 wake = [deadline, t0 + self.startup_timeout_s if deadline == math.inf else math.inf]
+                wake += [w["since"] + per_call for w in live if w["item"] is not None]
                 if queue:
                     wake += [w["since"] + stall_s for w in live if w["item"] is not None]
                 soonest = min(wake)
@@ -317,8 +334,8 @@ class VerifierPool:
             self._replace(*hung)
             for item in queue:
                 results[item[0]] = (0.0, False, None, (
-                    "Timeout", f"not scored: the batch ran past reward_timeout_s={self.timeout_s:g} s "
-                    "with every worker stuck on a hung call"))
+                    "Timeout", f"not scored: the batch ran past {BATCH_DEADLINE_FACTOR:g} x "
+                    f"reward_timeout_s={self.timeout_s:g} s with every worker stuck on a hung call"))
         except BaseException:
             self.close()
             raise

@@ -21,7 +21,6 @@ import ast
 import json
 import math
 import operator
-import re
 from typing import Any, Callable, Sequence
 
 from rlvr.envs.base import ENVS, Step
@@ -29,7 +28,7 @@ from rlvr.envs.builtin import TaskEnv
 from rlvr.envs.runner import EnvFault, call_many
 from rlvr.registry import Registry
 
-__all__ = ["TOOL_PARSERS", "TOOLS", "ToolCall", "ToolEnv", "calculator", "parse_hermes"]
+__all__ = ["TOOL_PARSERS", "TOOLS", "ToolCall", "ToolEnv", "calculator", "format_hermes", "parse_hermes"]
 
 
 class ToolCall:
@@ -45,41 +44,76 @@ class ToolCall:
 TOOL_PARSERS: Registry[Callable[[str], list[ToolCall]]] = Registry("env.parser", "rlvr.envs.tools.TOOL_PARSERS")
 """``env.parser`` → ``(action text) -> [ToolCall]`` (empty: the turn is a final answer)."""
 
-_HERMES = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_DECODER = json.JSONDecoder()
+_SPACE = " \t\n\r"
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _SPACE:
+        i += 1
+    return i
+
+
+def format_hermes(name: str, arguments: dict[str, Any]) -> str:
+    """One call in the format :func:`parse_hermes` reads: ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
+    (JSON with non-ASCII characters kept as they are, as the chat templates of Hermes / Qwen write it)."""
+    return _OPEN + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + _CLOSE
+
+
+def _read_call(obj: Any) -> ToolCall:
+    """The :class:`ToolCall` of one decoded ``<tool_call>`` body."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ToolCall(None, error='a tool call must be a JSON object with a string "name"')
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, RecursionError):
+            pass
+    if not isinstance(args, dict):
+        return ToolCall(obj["name"], error='"arguments" must be a JSON object')
+    return ToolCall(obj["name"], args)
 
 
 @TOOL_PARSERS.register("hermes")
 def parse_hermes(text: str) -> list[ToolCall]:
     """Calls in Hermes / Qwen format: each ``<tool_call>{"name": str, "arguments": object}</tool_call>``.
 
+    Read by scanning, not by a regular expression: after each ``<tool_call>`` (and whitespace) one JSON
+    value is decoded (``json.JSONDecoder.raw_decode``), then whitespace and ``</tool_call>`` must follow.
+    So a ``</tool_call>`` inside a JSON string (``{"code": "print('</tool_call>')"}``) is part of the
+    argument, not the end of the call (the non-greedy pattern used before cut such a call there and
+    reported it as invalid JSON; vLLM's ``hermes`` parser had the same bug). A block whose JSON does not
+    parse (or is followed by anything but ``</tool_call>``) is skipped to the next ``</tool_call>``.
+
     A block whose JSON does not parse, lacks a string ``name`` or has non-object ``arguments`` (a JSON
     string holding an object is accepted, as some models write it), or an unclosed ``<tool_call>``,
-    gives a :class:`ToolCall` with ``error`` set.
+    gives a :class:`ToolCall` with ``error`` set. Text outside the tags is ignored.
     """
-    calls = []
-    for m in _HERMES.finditer(text):
-        body, closed = m.group(1).strip(), bool(m.group(2))
-        if not closed:
-            calls.append(ToolCall(None, error="unclosed <tool_call> (no </tool_call>)"))
-            continue
+    calls: list[ToolCall] = []
+    pos = 0
+    while (start := text.find(_OPEN, pos)) != -1:
+        body = _skip_space(text, start + len(_OPEN))
         try:
-            obj = json.loads(body)
+            obj, end = _DECODER.raw_decode(text, body)
         except json.JSONDecodeError as exc:
-            calls.append(ToolCall(None, error=f"the tool call is not valid JSON ({exc.msg} at char {exc.pos})"))
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            calls.append(ToolCall(None, error='a tool call must be a JSON object with a string "name"'))
-            continue
-        args = obj.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                pass
-        if not isinstance(args, dict):
-            calls.append(ToolCall(obj["name"], error='"arguments" must be a JSON object'))
-            continue
-        calls.append(ToolCall(obj["name"], args))
+            error = f"the tool call is not valid JSON ({exc.msg}, char {exc.pos - body})"
+        except RecursionError:
+            error = "the tool call is not valid JSON (nested too deep)"
+        else:
+            after = _skip_space(text, end)
+            if text.startswith(_CLOSE, after):
+                calls.append(_read_call(obj))
+                pos = after + len(_CLOSE)
+                continue
+            error = f"the tool call is not valid JSON (Extra data, char {end - body})"
+        close = text.find(_CLOSE, body)
+        if close == -1:
+            calls.append(ToolCall(None, error=f"unclosed {_OPEN} (no {_CLOSE})"))
+            break
+        calls.append(ToolCall(None, error=error))
+        pos = close + len(_CLOSE)
     return calls
 
 
