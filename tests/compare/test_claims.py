@@ -32,9 +32,9 @@ def test_t_interval_by_hand():  # kept for benchmarks/default_seeds_table.py
     assert t_interval([1.0] * 40)[1] == 0.0  # df > 30: normal quantile, zero spread
 
 
-def _c(direction, **kw):
+def _c(direction, **kw):  # the v3 rule (issue 29): these tests keep the v3 tables checkable
     return Claim(**{"paper": "P", "claim": "c", "compare": "x", "arm": "a", "metric": "m", "direction": direction,
-                    **kw})
+                    "rule_version": "v3", **kw})
 
 
 def _seeds(values):
@@ -138,10 +138,13 @@ def test_evaluate_holm_adjusts_the_primary_family_and_checks_preconditions(tmp_p
     rows += [{"arm": "b", "seed": s, "eval/pass@1": r + 0.03 + 2 * e, "veto": 3}
              for s, (r, e) in enumerate(zip(REF8, NOISE8))]
     src = _runs_file(tmp_path, rows)
-    claims = [Claim(paper="P", claim=f"{a} higher", compare=src, arm=a, metric="eval/pass@1", primary=True)
+    claims = [Claim(paper="P", claim=f"{a} higher", compare=src, arm=a, metric="eval/pass@1", primary=True,
+                    rule_version="v3")
               for a in ("a", "b")]
-    claims.append(Claim(paper="P", claim="b secondary", compare=src, arm="b", metric="eval/pass@1"))
+    claims.append(Claim(paper="P", claim="b secondary", compare=src, arm="b", metric="eval/pass@1",
+                        rule_version="v3"))
     claims.append(Claim(paper="P", claim="a veto", compare=src, arm="a", metric="eval/pass@1", primary=True,
+                        rule_version="v3",
                         requires={"metric": "veto", "min": 1}))
     out = evaluate(claims)
     pa, pb = out[0]["p"], out[1]["p"]

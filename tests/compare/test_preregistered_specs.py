@@ -90,7 +90,8 @@ def test_preregistered_claims_name_arms_the_specs_run():
     arms = {}
     for paper in AXIS:
         raw, spec = _load(f"prereg_{paper}.yaml")
-        arms[spec.output_dir + "_tuned"] = {a.name for a in spec.arms}
+        # the claims read the committed copies of the compare folders (docs/results/replication/prereg/)
+        arms["docs/results/replication/prereg/" + Path(spec.output_dir).name + "_tuned"] = {a.name for a in spec.arms}
     primary = [c for c in cf.claims if c.primary]
     assert sorted(c.paper for c in primary) == ["FBOS-RL", "IB-TPO", "UEC-RL", "μ-GRPO"]  # one per paper
     for c in cf.claims:

@@ -62,12 +62,17 @@ import numpy as np
 
 from rlvr.compare import stats_rules as sr
 from rlvr.compare.claim_values import seed_values
+from rlvr.compare.verdict_v4 import decide_v4, holm_sides, v4_stats
 from rlvr.errors import ConfigError
 
 # ------------------------------------------------------------------------------------------ claims
 DIRECTIONS = ("higher", "lower", "match", "faster", "band")
 VERDICTS = ("reproduced", "refuted", "inconclusive", "untestable here")
-"""The verdict vocabulary of a claim (see the module docstring)."""
+"""The verdict vocabulary of a claim under the v3 rule (see the module docstring; v4 adds
+"positive, below effect of interest": :data:`rlvr.compare.verdict_v4.V4_VERDICTS`)."""
+RULES = ("v3", "v4")
+"""Verdict rules: ``v3`` (the issue-29 rule of this module's docstring, kept so the v3 tables regenerate
+identically) and ``v4`` (:mod:`rlvr.compare.verdict_v4`, the default since issue 38)."""
 
 
 @dataclass
@@ -108,6 +113,7 @@ class Claim:
     requires: dict[str, Any] | None = None
     untestable: str | None = None
     note: str = ""
+    rule_version: str = "v4"
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -117,6 +123,8 @@ class Claim:
             raise ConfigError(f"claim {self.claim!r}: direction band needs lo and hi")
         if self.test not in ("t", "wilcoxon"):
             raise ConfigError(f"claim {self.claim!r}: test must be t or wilcoxon, got {self.test!r}")
+        if self.rule_version not in RULES:
+            raise ConfigError(f"claim {self.claim!r}: rule must be one of {', '.join(RULES)}, got {self.rule_version!r}")
         if not 0 < self.alpha < 1:
             raise ConfigError(f"claim {self.claim!r}: alpha must be in (0, 1), got {self.alpha!r}")
         if self.margin is None:
@@ -219,6 +227,10 @@ def analyse(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float], *,
         out["p_t"] = sr.paired_t(d)[1]
         out["p_wilcoxon"] = sr.wilcoxon_signed_rank(d)[1]
     out["p"] = out["p_t"] if claim.test == "t" else out["p_wilcoxon"]
+    if claim.rule_version == "v4":
+        lo, hi = (-claim.margin, claim.margin) if claim.direction == "match" else (claim.lo or 0.0, claim.hi or 0.0)
+        out.update(v4_stats(claim.direction, d, effect=claim.effect, lo=lo, hi=hi, alpha=claim.alpha,
+                            test=claim.test))
     two = 1 - claim.alpha / 2
     out["bounds"] = {"upper": sr.t_bound(d, level=a), "two_sided": [sr.t_bound(d, level=two, side="lower"),
                                                                      sr.t_bound(d, level=two)]}
@@ -236,7 +248,13 @@ def analyse(claim: Claim, arm: Mapping[int, float], ref: Mapping[int, float], *,
 
 def decide(claim: Claim, stats: dict[str, Any], p_used: float | None) -> tuple[str, str]:
     """``(verdict, rule text)`` of ``claim`` from :func:`analyse`'s ``stats`` and the p-value it is judged
-    on (``p_used``: Holm-adjusted for a primary claim, the raw ``p`` otherwise)."""
+    on (``p_used``: Holm-adjusted for a primary claim, the raw ``p`` otherwise). A ``rule: v4`` claim is
+    judged by :func:`rlvr.compare.verdict_v4.decide_v4` on the ``p_holm_<side>`` / ``p_<side>`` values in
+    ``stats`` instead (``p_used`` unused)."""
+    if claim.rule_version == "v4":
+        lo, hi = (-claim.margin, claim.margin) if claim.direction == "match" else (claim.lo or 0.0, claim.hi or 0.0)
+        return decide_v4(claim.direction, stats, primary=claim.primary and "p_holm_reproduce" in stats,
+                         alpha=claim.alpha, effect=claim.effect, lo=lo, hi=hi)
     if "untestable" in stats:
         return "untestable here", str(stats["untestable"])
     p = float(p_used if p_used is not None else stats["p"])
@@ -292,8 +310,10 @@ def evaluate(claims: Sequence[Claim]) -> list[dict[str, Any]]:
                                     f"(arm mean {mean:.3g})")
         rows.append(st)
     fam = [i for i, (c, st) in enumerate(zip(claims, rows)) if c.primary and "p" in st and "untestable" not in st]
-    for i, p in zip(fam, sr.holm([rows[i]["p"] for i in fam])):
+    v3 = [i for i in fam if claims[i].rule_version == "v3"]
+    for i, p in zip(v3, sr.holm([rows[i]["p"] for i in v3])):
         rows[i]["p_holm"] = p
+    holm_sides(rows, [i for i in fam if claims[i].rule_version == "v4"])
     out = []
     for c, st in zip(claims, rows):
         v, rule = decide(c, st, st.get("p_holm"))
@@ -320,13 +340,16 @@ class ClaimsFile:
         import yaml
 
         d = yaml.safe_load(Path(path).read_text()) or {}
-        bad = set(d) - {"title", "claims", "figures"}
+        bad = set(d) - {"title", "claims", "figures", "rule"}
         if bad:
-            raise ConfigError(f"{path}: unknown keys {sorted(bad)}; valid: title, claims, figures")
+            raise ConfigError(f"{path}: unknown keys {sorted(bad)}; valid: title, claims, figures, rule")
+        rule = str(d.get("rule", "v4"))
+        if rule not in RULES:
+            raise ConfigError(f"{path}: rule must be one of {', '.join(RULES)} (the verdict rule), got {rule!r}")
         claims = []
         for i, c in enumerate(d.get("claims") or []):
             try:
-                claims.append(Claim(**c))
+                claims.append(Claim(**{"rule_version": rule, **c}))
             except TypeError as exc:
                 raise ConfigError(f"{path}: claim {i} ({c.get('claim', '?')!r}): {exc}") from None
         return ClaimsFile(str(d.get("title", "Claims")), claims, list(d.get("figures") or []))
@@ -351,12 +374,14 @@ def claim_row(r: dict[str, Any]) -> str:
     ref = "–" if r["direction"] == "band" else _side_cell(r["ref"], r["ref_stats"], nd)
     d = r.get("d")
     diff = "–" if d is None else f"{_g(d['mean'], nd)} [{_g(d['boot_ci'][0], nd)}, {_g(d['boot_ci'][1], nd)}]"
-    ps = "–" if "p_t" not in r else (f"{_g(r['p_t'])} / {_g(r['p_wilcoxon'])}"
-                                       + (f"; Holm {_g(r['p_holm'])}" if "p_holm" in r else ""))
+    holm_txt = (f"; Holm {_g(r['p_holm'])}" if "p_holm" in r else
+                f"; Holm >e {_g(r['p_holm_reproduce'])}, <e {_g(r['p_holm_refute'])}" if "p_holm_reproduce" in r else "")
+    ps = "–" if "p_t" not in r else f"{_g(r['p_t'])} / {_g(r['p_wilcoxon'])}{holm_txt}"
     pw = ("–" if "mde80" not in r else
           (f"{_g(r['power'], 2)} at {_g(r['margin'] if r['direction'] == 'match' else r['effect'], nd)}; "
            if "power" in r else "") + f"MDE {_g(r['mde80'], nd)}")
-    word = f"**{r['verdict']}**" if r["verdict"] in ("reproduced", "refuted") else r["verdict"]
+    word = (f"**{r['verdict']}**" if r["verdict"] in ("reproduced", "refuted", "positive, below effect of interest")
+            else r["verdict"])
     return (f"| {r['paper']} | {claim} | `{r['metric']}` | {_side_cell(r['arm'], r['arm_stats'], nd)} | {ref} "
             f"| {diff} | {ps} | {pw} | {word} ({r['rule']}) |")
 

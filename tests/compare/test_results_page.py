@@ -1,0 +1,36 @@
+"""The replication results pages match what `python -m rlvr.compare.results_page` regenerates from the committed
+per-run files (issue 38: a stale Holm value on the page is a failing test, not a reader's discovery)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.compare import results_page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_results_pages_match_the_per_run_files():
+    stale = results_page.check(ROOT)
+    assert stale == [], f"regenerate with `PYTHONPATH=src python -m rlvr.compare.results_page`: {stale}"
+
+
+def test_check_notices_an_edited_number(tmp_path):
+    """The check reads the page it is given: a hand-edited Holm value inside a generated block is found."""
+    import shutil
+
+    for rel in {p for e in results_page.TABLES.values() for p in e[:2]} | set(results_page.PAGES):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / "docs/results/replication").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "docs/results/replication/prereg").symlink_to(ROOT / "docs/results/replication/prereg")
+    for rel in {e[1] for e in results_page.TABLES.values()}:
+        shutil.copy((ROOT / rel).with_suffix(".json"), (tmp_path / rel).with_suffix(".json"))
+    for png in (ROOT / "docs/results").glob("replication_prereg*.png"):  # figure lines are written when they exist
+        shutil.copy(png, tmp_path / "docs/results" / png.name)
+    assert results_page.check(tmp_path) == []
+    page = tmp_path / "docs/results/replication.md"
+    text = page.read_text()
+    assert "Holm 0.009" in text
+    page.write_text(text.replace("Holm 0.009", "Holm 0.002", 1))
+    assert results_page.check(tmp_path) == ["docs/results/replication.md"]
