@@ -36,7 +36,10 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         ``ci_method/``; ``reward/pass_rate`` (correct samples / samples), ``answers/extracted_ratio``,
         ``completions/mean_length`` (tokens), ``completions/clipped_ratio``; ``unseen/num_problems`` and
         ``unseen/pass@k`` when some problems were seen in training; the ``env/*`` episode metrics
-        (:func:`rlvr.samplers.multiturn.episode_metrics`) when the samples carry an ``episode``.
+        (:func:`rlvr.samplers.multiturn.episode_metrics`) when the samples carry an ``episode``; for the
+        problems of a task mixture (records with a ``source``), the same metrics of each source under
+        ``source/<label>/`` (``source/<label>/pass@1``, ``source/<label>/reward/mean``, ...) and
+        ``source/<label>/num_problems``.
 
     Raises:
         ValueError: no records, a record without a sample, or one that lacks an outcome for some k
@@ -48,8 +51,11 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
     unseen_c: list[int] = []
     episodes: list[dict[str, Any]] = []
     count = 0
+    by_source: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         count += 1
+        if rec.get("source") is not None:
+            by_source.setdefault(str(rec["source"]), []).append(rec)
         samples = rec.get("samples") or []
         if not samples:
             raise ValueError(f"problem {rec.get('uid')!r}: no samples")
@@ -95,4 +101,16 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         from rlvr.samplers.multiturn import episode_metrics
 
         out.update(episode_metrics(episodes))
+    if by_source:
+        out.update(_per_source(by_source, ks, seed))
+    return out
+
+
+def _per_source(by_source: dict[str, list[dict[str, Any]]], ks: Sequence[int], seed: int) -> dict[str, Any]:
+    """Each mixture source's own summary (its records only), every key under ``source/<label>/``."""
+    out: dict[str, Any] = {}
+    for label, recs in sorted(by_source.items()):
+        sub = summarize_records([{k: v for k, v in r.items() if k != "source"} for r in recs], ks, seed=seed)
+        out[f"source/{label}/num_problems"] = len(recs)
+        out.update({f"source/{label}/{k}": v for k, v in sub.items()})
     return out
