@@ -45,17 +45,29 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         ValueError: no records, a record without a sample, or one that lacks an outcome for some k
             (the message names the record's ``uid``).
     """
+    records = list(records)
+    out = _summarize(records, ks, seed)
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        if rec.get("source") is not None:
+            by_source.setdefault(str(rec["source"]), []).append(rec)
+    for label, recs in sorted(by_source.items()):
+        sub = _summarize([{k: v for k, v in r.items() if k != "source"} for r in recs], ks, seed)
+        out[f"source/{label}/num_problems"] = len(recs)
+        out.update({f"source/{label}/{k}": v for k, v in sub.items()})
+    return out
+
+
+def _summarize(records: Sequence[dict[str, Any]], ks: Sequence[int], seed: int) -> dict[str, Any]:
+    """:func:`summarize_records` of ``records`` as one set (no per-source split)."""
     outcomes: dict[str, list[float]] = {}
     n_samples = n_correct = voted = clipped = length = 0
     unseen_n: list[int] = []
     unseen_c: list[int] = []
     episodes: list[dict[str, Any]] = []
     count = 0
-    by_source: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         count += 1
-        if rec.get("source") is not None:
-            by_source.setdefault(str(rec["source"]), []).append(rec)
         samples = rec.get("samples") or []
         if not samples:
             raise ValueError(f"problem {rec.get('uid')!r}: no samples")
@@ -101,16 +113,5 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         from rlvr.samplers.multiturn import episode_metrics
 
         out.update(episode_metrics(episodes))
-    if by_source:
-        out.update(_per_source(by_source, ks, seed))
     return out
 
-
-def _per_source(by_source: dict[str, list[dict[str, Any]]], ks: Sequence[int], seed: int) -> dict[str, Any]:
-    """Each mixture source's own summary (its records only), every key under ``source/<label>/``."""
-    out: dict[str, Any] = {}
-    for label, recs in sorted(by_source.items()):
-        sub = summarize_records([{k: v for k, v in r.items() if k != "source"} for r in recs], ks, seed=seed)
-        out[f"source/{label}/num_problems"] = len(recs)
-        out.update({f"source/{label}/{k}": v for k, v in sub.items()})
-    return out
