@@ -168,3 +168,18 @@ def test_eval_summary_reports_each_source():
     assert out["source/a/pass@1"] == 0.5 and out["source/a/num_problems"] == 2
     assert out["source/b/pass@1"] == 0.25 and out["source/b/reward/mean"] == 0.25
     assert out["source/a/reward/pass_rate"] == 0.5 and "source/b/source/b/pass@1" not in out
+
+
+def test_training_checks_run_before_the_model_names_the_source_and_the_knot():
+    from rlvr.config_mixture import CurriculumConfig
+    from rlvr.errors import DataError
+
+    empty = ToyTask(n=0)
+    mt = MixtureTask([MixtureSource("a", 1, ToyTask()), MixtureSource("b", 1, empty)])
+    with pytest.raises(DataError, match=r"task\.mixture\[1\] \(b\): no training problems"):
+        mt.check_training()
+    mt = MixtureTask([MixtureSource("a", 1, ToyTask()), MixtureSource("b", 1, ToyTask())])
+    cur = CurriculumConfig.model_validate({"weights_by_step": [{"step": 0, "weights": {"a": 1, "x": 1}}]})
+    with pytest.raises(ConfigError, match=r"weights_by_step\[0\]\.weights names \['a', 'x'\]"):
+        mt.check_training(cur)
+    mt.check_training(CurriculumConfig.model_validate({"weights_by_step": [{"step": 0, "weights": {"a": 1, "b": 0}}]}))

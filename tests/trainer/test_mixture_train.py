@@ -88,3 +88,20 @@ def test_a_checkpoint_written_mid_run_resumes_the_same_prompt_sequence(tmp_path,
     assert {u.split("/")[0] for r in ref_rounds for u in r} == {"chain_sum", "arith"}
     assert resumed.loader.state_dict() == ref.loader.state_dict()
     assert ref.loader.multipliers != [1.0, 1.0]  # the solved rule fired, and its state was resumed too
+
+
+def test_evaluating_a_mixture_reports_each_source_from_its_own_problems(tiny):
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.tasks.mixture import MixtureSource, MixtureTask
+    from rlvr.testing import ToyTask
+
+    factory, tok = tiny
+    task = MixtureTask([MixtureSource("a", 1, ToyTask(n=3)), MixtureSource("b", 1, ToyTask(n=2))])
+    res = evaluate(factory(0), tok, task, num_samples=2, ks=[1], max_new_tokens=4, seed=0)
+    assert res["source/a/num_problems"] == 3 and res["source/b/num_problems"] == 2
+    by = {"a": [], "b": []}
+    for p in res["per_problem"]:
+        by[p["uid"].split("/")[0]].append(p["correct"] / p["n"])
+    for s in by:
+        assert abs(res[f"source/{s}/pass@1"] - sum(by[s]) / len(by[s])) < 1e-9
+    assert abs(res["pass@1"] - sum(by["a"] + by["b"]) / 5) < 1e-9

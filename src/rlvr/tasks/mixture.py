@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, DataError
 from rlvr.tasks.base import Problem, Task, Verdict, check_split
 
 SOURCE_KEY = "source"
@@ -93,6 +93,22 @@ class MixtureTask:
         for p in self._cache[split]:
             out[p.metadata[SOURCE_KEY]].append(p)
         return [out[label] for label in self.labels]
+
+    def check_training(self, curriculum: Any = None) -> None:
+        """What a training run needs, checked before the model loads: every source has training problems,
+        and ``weights_by_step`` (of ``task.curriculum``, if given) names exactly the sources.
+
+        Raises:
+            DataError: a source without training problems (``task.mixture[i]`` named).
+            ConfigError: a ``weights_by_step`` point naming other sources (the point named).
+        """
+        for i, (label, ps) in enumerate(zip(self.labels, self.source_problems("train"))):
+            if not ps:
+                raise DataError(f"task.mixture[{i}] ({label}): no training problems")
+        for j, pt in enumerate(getattr(curriculum, "weights_by_step", None) or []):
+            if set(pt.weights) != set(self.labels):
+                raise ConfigError(f"task.curriculum.weights_by_step[{j}].weights names {sorted(pt.weights)}; "
+                                  f"the mixture's sources are {sorted(self.labels)}")
 
     def problems(self, split: str) -> list[Problem]:
         """Every source's problems of ``split``, source after source (each in its source's order)."""
