@@ -25,6 +25,7 @@ from rlvr.config_sections import (
     EvalConfig,
     LoggingConfig,
     LoraConfig,
+    MixtureSourceConfig,
     ModelConfig,
     TaskConfig,
     VLLMConfig,
@@ -347,19 +348,40 @@ def resolve_trl_batch_names(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds: itself, or inside ``X | None`` / ``list[X]``."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    """``("task", "mixture", 1, "name")`` → ``task.mixture[1].name``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def _suggest(model: type[BaseModel], path: tuple[Any, ...], bad: str) -> str:
     cls: Any = model
     for part in path:
-        field = cls.model_fields.get(part) if isinstance(part, str) else None
-        ann = getattr(field, "annotation", None)
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            cls = ann
-        else:
+        if isinstance(part, int):  # an item of a list of sections (task.mixture[1])
+            continue
+        field = cls.model_fields.get(part)
+        cls = _model_of(getattr(field, "annotation", None))
+        if cls is None:
             return ""
     names = list(cls.model_fields)
     close = difflib.get_close_matches(bad, names, n=1, cutoff=0.6)
     if close:
-        return f"; did you mean {'.'.join([*map(str, path), close[0]])!r}?"
+        return f"; did you mean {_key_path((*path, close[0]))!r}?"
     return f"; valid keys here: {', '.join(sorted(names))}"
 
 
@@ -370,7 +392,7 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel] | None 
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc) or "<config>"
+        key = _key_path(loc) or "<config>"
         if err["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key{_suggest(model, loc[:-1], str(loc[-1]))}")
             continue

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlvr.config_mixture import CurriculumConfig
 from rlvr.registry import register_section
 
 
@@ -192,6 +193,8 @@ class TaskConfig(StrictModel):
     reward_fn: str | None = None
     feedback_hint: bool = False
     correct_threshold: float = 1.0
+    mixture: list["MixtureSourceConfig"] | None = None
+    curriculum: CurriculumConfig | None = None
 
     @property
     def eval_size_or_default(self) -> int:
@@ -210,7 +213,40 @@ class TaskConfig(StrictModel):
                              "for evaluation only, task.eval_path alone is enough")
         if self.reward_fn is not None and ":" not in self.reward_fn:
             raise ValueError(f"task.reward_fn must look like 'module:function', got {self.reward_fn!r}")
+        if "weight" in type(self).model_fields and (self.mixture is not None or self.curriculum is not None):
+            raise ValueError("a mixture entry cannot hold its own mixture or curriculum (put them at task.*)")
+        if self.mixture is not None:
+            self._check_mixture()
+        elif self.curriculum is not None:
+            raise ValueError("task.curriculum is read only with task.mixture (the weights of its sources)")
         return self
+
+    def _check_mixture(self) -> None:
+        """A mixture's top level holds only ``mixture``, ``curriculum`` and ``system_prompt`` (the entries'
+        default); any other key set to a non-default value would be silently unread, so it is refused."""
+        if not self.mixture:
+            raise ValueError("task.mixture needs at least one entry ({type, name, ..., weight})")
+        defaults = TaskConfig.model_fields
+        stray = sorted(k for k in self.model_fields_set - {"mixture", "curriculum", "system_prompt"}
+                       if k in defaults and getattr(self, k) != defaults[k].get_default(call_default_factory=True))
+        if stray:
+            raise ValueError(f"task.{', task.'.join(stray)} set beside task.mixture: with a mixture each entry is a "
+                             "full task section of its own; move these keys into the entries")
+        if self.curriculum is None or self.curriculum.weights_by_step is None:
+            if not sum(e.weight for e in self.mixture) > 0:
+                raise ValueError("task.mixture: at least one entry needs weight > 0")
+
+
+class MixtureSourceConfig(TaskConfig):
+    """One entry of ``task.mixture``: a full task section (``type``, ``name``, ``path``, ``config``, ...)
+    plus ``weight`` (its share of the prompts, ≥ 0; normalised over the entries) and ``label`` (its name in
+    metrics and in ``Problem.metadata["source"]``; default: the task's name). See ``docs/mixtures.md``."""
+
+    weight: float = Field(1.0, ge=0)
+    label: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
+TaskConfig.model_rebuild()
 
 
 class DynamicSamplingConfig(StrictModel):

@@ -193,6 +193,8 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
         from rlvr.errors import DataError
 
         raise DataError(f"task {cfg.task.type}: no training problems (task.train_size={cfg.task.train_size})")
+    if cfg.task.mixture is not None and hasattr(task, "check_training"):  # each source's data, the curriculum's names
+        task.check_training(cfg.task.curriculum)
     check_filter_metric(cfg, task)  # the task's half of validate_run (its config half ran in _load_config)
     check_engine_config(cfg)
     from rlvr.models import check_model_path

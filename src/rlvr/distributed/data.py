@@ -43,6 +43,16 @@ class RankPromptLoader:
         drawn = self.inner.next(k * self.world_size)
         return drawn[self.rank * k : (self.rank + 1) * k]
 
+    def reshuffle(self) -> None:
+        """The inner loader's fresh shuffle (the same on every rank)."""
+        self.inner.reshuffle()
+
+    def __getattr__(self, name: str) -> Any:
+        """The inner loader's other attributes (a mixture's ``set_step``, ``observe``, ``labels``, ...)."""
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def state_dict(self) -> dict[str, int]:
         """The inner loader's position (identical on every rank)."""
         return self.inner.state_dict()

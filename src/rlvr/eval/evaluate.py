@@ -317,6 +317,7 @@ def _problem_record(prob: Any, samples: list[dict[str, Any]], ks: Sequence[int])
         "correct": c,
         "mean_reward": sum(s["reward"] for s in samples) / n,
         "seen_in_train": bool(prob.metadata.get("seen_in_train", False)),
+        **({"source": prob.metadata["source"]} if "source" in prob.metadata else {}),  # a task mixture's
         "pass": {str(k): pass_at_k(n, c, k) for k in ks},
         "maj": {str(k): maj_at_k(keys, correct, k) for k in ks},
         "majority_answer": _majority_answer(samples, keys),

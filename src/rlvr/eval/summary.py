@@ -36,12 +36,30 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
         ``ci_method/``; ``reward/pass_rate`` (correct samples / samples), ``answers/extracted_ratio``,
         ``completions/mean_length`` (tokens), ``completions/clipped_ratio``; ``unseen/num_problems`` and
         ``unseen/pass@k`` when some problems were seen in training; the ``env/*`` episode metrics
-        (:func:`rlvr.samplers.multiturn.episode_metrics`) when the samples carry an ``episode``.
+        (:func:`rlvr.samplers.multiturn.episode_metrics`) when the samples carry an ``episode``; for the
+        problems of a task mixture (records with a ``source``), the same metrics of each source under
+        ``source/<label>/`` (``source/<label>/pass@1``, ``source/<label>/reward/mean``, ...) and
+        ``source/<label>/num_problems``.
 
     Raises:
         ValueError: no records, a record without a sample, or one that lacks an outcome for some k
             (the message names the record's ``uid``).
     """
+    records = list(records)
+    out = _summarize(records, ks, seed)
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        if rec.get("source") is not None:
+            by_source.setdefault(str(rec["source"]), []).append(rec)
+    for label, recs in sorted(by_source.items()):
+        sub = _summarize([{k: v for k, v in r.items() if k != "source"} for r in recs], ks, seed)
+        out[f"source/{label}/num_problems"] = len(recs)
+        out.update({f"source/{label}/{k}": v for k, v in sub.items()})
+    return out
+
+
+def _summarize(records: Sequence[dict[str, Any]], ks: Sequence[int], seed: int) -> dict[str, Any]:
+    """:func:`summarize_records` of ``records`` as one set (no per-source split)."""
     outcomes: dict[str, list[float]] = {}
     n_samples = n_correct = voted = clipped = length = 0
     unseen_n: list[int] = []
@@ -96,3 +114,4 @@ def summarize_records(records: Iterable[dict[str, Any]], ks: Sequence[int], *, s
 
         out.update(episode_metrics(episodes))
     return out
+

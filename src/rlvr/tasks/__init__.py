@@ -22,6 +22,7 @@ from rlvr.tasks.code import CodeTask, code_task_from_config
 from rlvr.tasks.custom import RewardFnTask, load_reward_fn
 from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
 from rlvr.tasks.math import MathTask, answers_match
+from rlvr.tasks.mixture import MixtureTask, build_mixture, entry_error
 from rlvr.tasks.prompts import DEFAULT_SYSTEM_PROMPT, build_messages, render_prompt
 from rlvr.tasks.reasoning_gym import ReasoningGymTask, check_reasoning_gym_config
 from rlvr.registry import Registry
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "FORMAT_HINT",
     "MathTask",
+    "MixtureTask",
     "Problem",
     "ReasoningGymTask",
     "RewardFnTask",
@@ -78,9 +80,18 @@ def validate_task_config(cfg: TaskConfig) -> None:
     (:func:`~rlvr.tasks.reasoning_gym.check_reasoning_gym_config`); that JSONL files exist; that
     ``datasets`` is installed for ``hf_dataset``; that ``reward_fn`` imports and is callable.
 
+    A mixture (``task.mixture``) checks each entry, its errors naming ``task.mixture[i].*``.
+
     Raises:
         ConfigError: the first problem found, naming the ``task.*`` key.
     """
+    if cfg.mixture is not None:
+        for i, entry in enumerate(cfg.mixture):
+            try:
+                validate_task_config(entry)
+            except ConfigError as exc:
+                raise ConfigError(entry_error(str(exc), i)) from None
+        return
     if cfg.type == "reasoning_gym":
         check_reasoning_gym_config(
             cfg.name, cfg.config, train_size=cfg.train_size, eval_size=cfg.eval_size_or_default, seed=cfg.seed,
@@ -113,7 +124,7 @@ def build_task(cfg: TaskConfig) -> Task:
             options), ``jsonl`` (``path``, optional ``eval_path``), ``hf_dataset`` (``name``,
             ``hf_config``, ``train_split``, ``eval_split``); ``reward_fn`` wraps the result in a
             :class:`RewardFnTask`. For ``jsonl`` the task name is ``name`` if set explicitly, else
-            the file stem.
+            the file stem. ``mixture`` builds a :class:`MixtureTask` of its entries, each built as here.
 
     Returns:
         A :class:`Task`. JSONL and Hugging Face rows are read here; reasoning-gym problems are
@@ -123,6 +134,8 @@ def build_task(cfg: TaskConfig) -> Task:
         ConfigError: see :func:`validate_task_config`.
         DataError: unreadable or malformed data (file, line and field named).
     """
+    if cfg.mixture is not None:
+        return build_mixture(cfg, build_task)
     validate_task_config(cfg)
     common = dict(system_prompt=cfg.system_prompt, correct_threshold=cfg.correct_threshold,
                   feedback_hint=cfg.feedback_hint)

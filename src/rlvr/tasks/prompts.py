@@ -25,7 +25,9 @@ def build_messages(problem: Problem, system_prompt: str | None) -> list[dict[str
     """Chat messages for ``problem``: a system turn (if ``system_prompt`` is non-empty) and a user turn.
 
     Args:
-        problem: the problem; its ``question`` becomes the user turn verbatim.
+        problem: the problem; its ``question`` becomes the user turn verbatim. A problem that carries its
+            own ``metadata["system_prompt"]`` (a task mixture's, :mod:`rlvr.tasks.mixture`: each source keeps
+            its answer format) uses that instead of ``system_prompt``.
         system_prompt: the system instruction; ``None`` or ``""`` leaves the system turn out
             (for chat templates that reject a system role).
 
@@ -33,6 +35,7 @@ def build_messages(problem: Problem, system_prompt: str | None) -> list[dict[str
         ``[{"role": "system", "content": ...}, {"role": "user", "content": problem.question}]``.
     """
     messages: list[dict[str, str]] = []
+    system_prompt = problem.metadata.get("system_prompt", system_prompt)
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})
     messages.append({"role": "user", "content": problem.question})

@@ -83,6 +83,4 @@ class TrainerPlanContext:
 
     def reshuffle_prompts(self) -> None:
         """Move the prompt loader to the start of a fresh shuffle (its next epoch)."""
-        loader = self._trainer.loader
-        st = loader.state_dict()
-        loader.load_state_dict({**st, "epoch": st["epoch"] + 1, "pos": 0})
+        self._trainer.loader.reshuffle()

@@ -46,6 +46,10 @@ class PromptLoader:
             self.pos += 1
         return out
 
+    def reshuffle(self) -> None:
+        """Start a fresh shuffle now (the next epoch), dropping the rest of this one."""
+        self.load_state_dict({**self.state_dict(), "epoch": self.epoch + 1, "pos": 0})
+
     def state_dict(self) -> dict[str, int]:
         """``{"epoch", "pos", "seed"}``: enough to continue exactly."""
         return {"epoch": self.epoch, "pos": self.pos, "seed": self.seed}

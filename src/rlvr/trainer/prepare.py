@@ -195,6 +195,8 @@ class BatchPreparation:
             score_time += time.perf_counter() - t
             return s
 
+        if hasattr(self.loader, "set_step"):  # a mixture: weights_by_step reads the policy's step
+            self.loader.set_step(self._gen_version)
         gathered = self.dp.inference(self.model) if self._gather_for_generation else contextlib.nullcontext()
         with gathered:  # generation_weights=gathered: the shards are gathered once for the whole round
             batch, cstats, self._carry = collect_generation_batch(
@@ -204,6 +206,11 @@ class BatchPreparation:
             n = int(self.dp.max([self._draw_count])[0])  # others' draws: every rank's loader stays identical
             for _ in range(n - self._draw_count):
                 self.loader.next(cfg.prompts_per_generation)
+        if hasattr(self.loader, "observe"):  # a mixture's curriculum: this round's pass rate per source (job-wide)
+            from rlvr.trainer.mixture import round_counts
+
+            self.loader.observe(round_counts(cstats.raw_batches, self.loader.labels,
+                                             self.dp if self.world_size > 1 else None))
         timings["timing/reward_s"] = score_time
         # this round's reward calls (calls, errors, timeouts), for the job-wide failure rule (Trainer.train)
         reward_counts = tuple(getattr(self.scorer, k, 0) - b for k, b in zip(REWARD_COUNTERS, counts_before))
@@ -221,6 +228,8 @@ class BatchPreparation:
         metrics.update(rollout_metrics(sampled if all_rows is None else all_rows,
                                        tuple(getattr(self.sampler, "view_only_kinds", ()))))  # seam: second views
         metrics.update(batch.metrics)  # seam: samplers, estimators and filters report scalars here
+        if hasattr(self.loader, "round_metrics"):  # a mixture: reward/<source>/mean, pass rate, weight
+            metrics.update(self.loader.round_metrics(sampled if all_rows is None else all_rows))
         if all_rows is not None:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())

@@ -45,7 +45,7 @@ from rlvr.trainer.components import (
 )
 from rlvr.parts import AdvantageContext
 from rlvr.trainer.context import TrainerPlanContext
-from rlvr.trainer.data import PromptLoader
+from rlvr.trainer.mixture import build_loader
 from rlvr.trainer.lifecycle import (
     RewardFailureWatch, RunInterrupted, RunSummary, StopControl, _Abandon, _Abort, restore_round, rollout_progress,
     round_snapshot,
@@ -247,7 +247,7 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule: Schedule = schedule or SCHEDULES[cfg.schedule](cfg)
         self.plan_ctx = TrainerPlanContext(self)  # all a schedule sees of the trainer
-        self.loader = PromptLoader(task.problems("train"), seed=cfg.seed)
+        self.loader = build_loader(task, cfg)  # a MixtureLoader for task.mixture (rlvr.trainer.mixture)
         if self.world_size > 1:
             from rlvr.distributed.data import RankPromptLoader
 
