@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fa
 
 ARMS = {
     "hf-sync": [],
-    "hf-streaming-k1": ["streaming.enable=true", "streaming.max_staleness=1"],
-    "hf-streaming-k2": ["streaming.enable=true", "streaming.max_staleness=2"],
-    "hf-streaming-k1-c4": ["streaming.enable=true", "streaming.max_staleness=1", "streaming.chunk_prompts=4"],
+    "hf-streaming-k1-c1": ["streaming.enable=true", "streaming.max_staleness=1", "streaming.chunk_prompts=1"],
+    "hf-streaming-k2-c1": ["streaming.enable=true", "streaming.max_staleness=2", "streaming.chunk_prompts=1"],
+    "hf-streaming-k1": ["streaming.enable=true", "streaming.max_staleness=1"],  # chunk = a whole batch
     "vllm-sync": ["@vllm"],
     "vllm-overlap-1": ["@vllm", "max_async_level=1"],
     "vllm-streaming-k1": ["@vllm", "streaming.enable=true", "streaming.max_staleness=1"],

@@ -264,7 +264,7 @@ class RLConfig(StrictModel):
         if self.engine == "hf" and not self.disable_dropout:
             raise ValueError("streaming.enable with engine=hf needs disable_dropout=true: the producer thread decodes "
                              "the module the trainer runs in train mode, so dropout would reach the samples")
-        if self.prompts_per_generation % st.chunk_prompts:
+        if st.chunk_prompts and self.prompts_per_generation % st.chunk_prompts:
             raise ValueError(f"streaming.chunk_prompts={st.chunk_prompts} must divide the prompts per generation "
                              f"batch ({self.prompts_per_generation} = generation_batch_size / num_generations)")
 

@@ -20,7 +20,7 @@ from rlvr.trainer.components import SAMPLERS, SamplerContext
 from rlvr.trainer.forward import batch_logprobs
 from rlvr.trainer.trainer import Trainer
 
-STREAM = ("model.dtype=fp32", "streaming.enable=true")
+STREAM = ("model.dtype=fp32", "streaming.enable=true", "streaming.chunk_prompts=1")  # one prompt per generate call
 
 
 def _train(tr):

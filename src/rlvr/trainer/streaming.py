@@ -1,7 +1,8 @@
 """Streaming rollouts (``streaming.enable``): a producer thread samples whole groups continuously into a
 buffer; the trainer takes ``prompts_per_generation`` groups per generation batch when the buffer has them.
 
-Per chunk (``streaming.chunk_prompts`` prompts × ``num_generations`` samples), in the producer thread:
+Per chunk (``streaming.chunk_prompts`` prompts × ``num_generations`` samples; 0 = a whole generation batch),
+in the producer thread:
 
 1. wait until the chunk may start: its groups would be trained at most ``max_staleness`` optimizer updates
    after the weights that sample them (the buffer is first in, first out, so the update that will train a
@@ -138,8 +139,8 @@ class StreamingPipeline:
     def __init__(self, trainer: Any, cfg: Any) -> None:
         self.trainer = trainer
         self.max_staleness = int(cfg.max_staleness)
-        self.chunk = int(cfg.chunk_prompts)
         self.P = int(trainer.cfg.prompts_per_generation)
+        self.chunk = int(cfg.chunk_prompts) or self.P  # 0: a whole generation batch per generate call
         self.mu = int(trainer.updates_per_generation)
         self._cond = threading.Condition()
         self.gate = WeightGate(self._cond)
