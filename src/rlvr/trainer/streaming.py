@@ -303,8 +303,12 @@ class StreamingPipeline:
 
     # ------------------------------------------------------------------------------------ producer side
     def _may_start(self) -> bool:
-        """Whether a chunk sampled now would be trained within ``max_staleness`` updates (lock held)."""
-        rounds_ahead = (len(self._buf) + self.chunk - 1) // self.P
+        """Whether a chunk sampled now would be trained within ``max_staleness`` updates (lock held). Its last
+        group decides; while the next batch is short of groups its first one does (a buffer restored from a
+        checkpoint or thinned by drops need not hold whole chunks, and the trainer must not starve: groups
+        that then turn out too old are dropped at take)."""
+        b = len(self._buf)
+        rounds_ahead = (b if b < self.P else b + self.chunk - 1) // self.P
         train_step = self._next_take_step + rounds_ahead * self.mu
         return train_step - self.gate.version <= self.max_staleness
 
