@@ -181,3 +181,28 @@ def test_streaming_config_refusals(tmp_path):
         small_config(tmp_path, "streaming.enable=true", "disable_dropout=false")
     with pytest.raises(ConfigError, match="streaming.max_staleness"):
         small_config(tmp_path, "streaming.enable=true", "streaming.max_staleness=-1")
+    from rlvr.trainer.components import validate_components
+
+    with pytest.raises(ConfigError, match="with streaming.enable later stages"):  # mu_grpo's own check
+        validate_components(small_config(tmp_path, "streaming.enable=true", "schedule=staged",
+                                         "mu_grpo.stage_prompt_draw=fresh_shuffle"))
+
+
+def test_tis_weights_correct_stale_rows_towards_the_trainers_policy(tmp_path):
+    """vllm_importance_sampling_correction: the ratio is taken against the trainer's forward at the take
+    (μ = 1: no stored old_logp) and the rollout IS ratio π_train / π_behaviour is 1 up to fp32 noise on
+    fresh batches and moves away from 1 on batches with stale rows."""
+    tr = _trainer(tmp_path, "tis", "max_steps=6", "streaming.max_staleness=2",
+                  "vllm_importance_sampling_correction=true")
+    recs, _, metrics = _train(tr)
+    seen_stale = False
+    for step, m in enumerate(metrics, start=1):
+        b = recs[step]
+        assert b.old_logp is None  # μ = 1: the proximal policy is the current forward, sg(logp)
+        lo, hi = m["actor/rollout_is_ratio/min"], m["actor/rollout_is_ratio/max"]
+        if int((step - 1 - b.policy_version).max()) == 0:
+            assert abs(lo - 1) < 1e-3 and abs(hi - 1) < 1e-3
+        else:
+            seen_stale = True
+            assert max(abs(lo - 1), abs(hi - 1)) > 1e-3
+    assert seen_stale
