@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 from rlvr.config_sections import (
     DistributedConfig,
     DynamicSamplingConfig,
+    StreamingConfig,
     EnvConfig,
     EvalConfig,
     LoggingConfig,
@@ -124,6 +125,8 @@ class RLConfig(StrictModel):
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # overlap: round k+1 is generated while round k trains; rows are exactly this many rounds stale (0 = off)
     max_async_level: int = Field(0, ge=0)
+    # streaming rollouts: a producer thread samples groups into a buffer, each with its policy version (trainer/streaming.py)
+    streaming: StreamingConfig = Field(default_factory=StreamingConfig)
     # composable parts (registries in rlvr.parts, rlvr.schedules, rlvr.core; checked by trainer.components)
     sampler: str = "group"
     schedule: str = "on_policy"
@@ -227,18 +230,44 @@ class RLConfig(StrictModel):
                 "engine=vllm with model.lora.r > 0 is not supported: the server is given full weights, not LoRA "
                 "adapters (use engine=hf, or merge the adapter first: rlvr export --merge)"
             )
+        if self.streaming.enable:
+            self._check_streaming()
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
                 f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "
                 "module being trained, so generation cannot overlap training (use max_async_level=0)"
             )
-        if (self.old_logprob_source == "sampler" or self.max_async_level > 0) and (self.top_p < 1 or self.top_k > 0):
+        if (self.old_logprob_source == "sampler" or self.max_async_level > 0 or self.streaming.enable) and (
+                self.top_p < 1 or self.top_k > 0):
             warnings.warn(
-                "old_logprob_source=sampler (or max_async_level>0, which uses the sampler's log-probs) with top_p<1 or top_k>0 biases the importance ratio: the "
+                "old_logprob_source=sampler (or max_async_level>0 or streaming, which use the sampler's log-probs) with top_p<1 or top_k>0 biases the importance ratio: the "
                 "sampler's log-probs come from a truncated distribution",
                 stacklevel=2,
             )
         return self
+
+    def _check_streaming(self) -> None:
+        """Refuse ``streaming.enable`` with what the streaming path does not do (``docs/streaming.md``).
+
+        Raises:
+            ValueError: with ``max_async_level > 0`` (two ways to run ahead), dynamic sampling (its
+                rounds filter and refill inside one generation call), ``disable_dropout=false`` with the hf
+                engine (the producer decodes the module while the trainer runs it in train mode), or a
+                ``chunk_prompts`` that does not divide ``prompts_per_generation``.
+        """
+        st = self.streaming
+        if self.max_async_level > 0:
+            raise ValueError(f"streaming.enable with max_async_level={self.max_async_level}: choose one (streaming "
+                             "bounds how far generation runs ahead with streaming.max_staleness)")
+        if self.dynamic_sampling.enable:
+            raise ValueError("streaming.enable with dynamic_sampling.enable is not supported: the producer puts every "
+                             "complete group in the buffer (filter groups with batch_filters instead)")
+        if self.engine == "hf" and not self.disable_dropout:
+            raise ValueError("streaming.enable with engine=hf needs disable_dropout=true: the producer thread decodes "
+                             "the module the trainer runs in train mode, so dropout would reach the samples")
+        if st.chunk_prompts and self.prompts_per_generation % st.chunk_prompts:
+            raise ValueError(f"streaming.chunk_prompts={st.chunk_prompts} must divide the prompts per generation "
+                             f"batch ({self.prompts_per_generation} = generation_batch_size / num_generations)")
 
     @property
     def prompts_per_generation(self) -> int:

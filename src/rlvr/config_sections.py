@@ -265,6 +265,26 @@ class DynamicSamplingConfig(StrictModel):
     keep_excess: bool = False
 
 
+class StreamingConfig(StrictModel):
+    """Streaming rollouts (``docs/streaming.md``, :mod:`rlvr.trainer.streaming`): a producer thread samples
+    groups continuously into a buffer and the trainer takes ``prompts_per_generation`` whole groups per
+    generation batch, each group carrying the policy version that sampled it and its behaviour log-probs.
+
+    ``enable``: the one switch. ``max_staleness``: the most optimizer updates allowed between the weights
+    that sampled a group and those at the start of the generation batch that trains it (AReaL's
+    ``max_head_offpolicyness``); the producer waits rather than sample a group that would exceed it, and
+    a group found older at take time is dropped (``streaming/dropped_groups``). 0 = synchronous.
+    ``chunk_prompts``: prompts (whole groups) per producer ``generate`` call (0, the default: a whole
+    generation batch); with ``engine: hf`` a weight update waits for the chunk in flight, so a smaller
+    chunk makes that wait shorter and a larger one batches decoding better (on the 2-core CPU a whole
+    batch per call was 3x faster per update than one prompt per call: ``docs/streaming.md``).
+    """
+
+    enable: bool = False
+    max_staleness: int = Field(1, ge=0)
+    chunk_prompts: int = Field(0, ge=0)
+
+
 class LoggingConfig(StrictModel):
     """Where and how often the run reports.
 

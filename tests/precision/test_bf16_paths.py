@@ -24,8 +24,8 @@ def _trainer(tmp_path, tiny, task, env, monkeypatch, *overrides):
     return Trainer(small_config(tmp_path, *overrides), factory(0), tok, task)
 
 
-def test_auto_with_native_bf16_trains_bf16_with_fp32_master_weights(tmp_path, tiny, toy_task, monkeypatch):
-    tr = _trainer(tmp_path, tiny, toy_task, "1", monkeypatch, "max_steps=1")
+def test_bf16_trains_with_fp32_master_weights(tmp_path, tiny, toy_task, monkeypatch):
+    tr = _trainer(tmp_path, tiny, toy_task, "1", monkeypatch, "max_steps=1", "model.dtype=bf16")
     assert tr.precision.mode == "bf16" and model_precision(tr.model) is tr.precision
     assert tr.engine.decode_dtype == torch.bfloat16  # generation follows the policy
     last = tr.train()
@@ -37,7 +37,7 @@ def test_auto_with_native_bf16_trains_bf16_with_fp32_master_weights(tmp_path, ti
 
 
 def test_bf16_decode_copy_is_synced_before_each_round_after_fused_adamw(tmp_path, tiny, toy_task, monkeypatch):
-    tr = _trainer(tmp_path, tiny, toy_task, "1", monkeypatch, "max_steps=1")
+    tr = _trainer(tmp_path, tiny, toy_task, "1", monkeypatch, "max_steps=1", "model.dtype=bf16")
     assert tr.optimizer.defaults.get("fused")  # fused AdamW does not bump the parameters' version counters
     tr.train()
     stale = [not torch.equal(s.to(torch.bfloat16), d) for s, d in zip(tr.model.parameters(),

@@ -29,15 +29,42 @@ def test_config_default_is_auto_and_aliases_map():
         build_config(overrides=["model.dtype=int8"])
 
 
-@pytest.mark.parametrize("env, mode, compute", [("0", "fp32", torch.float32), ("1", "bf16", torch.bfloat16)])
-def test_auto_on_cpu_follows_the_probe_override(monkeypatch, env, mode, compute):
+@pytest.mark.parametrize("env, mode, param, compute", [("0", "fp32", torch.float32, torch.float32),
+                                                        ("1", "bf16-master", torch.bfloat16, torch.bfloat16)])
+def test_auto_on_cpu_follows_the_probe_override(monkeypatch, env, mode, param, compute):
     monkeypatch.setenv("RLVR_CPU_BF16", env)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     p = resolve_precision("auto", "cpu", log=False)
-    assert p.mode == mode and p.compute_dtype == compute
-    assert p.param_dtype == torch.float32  # fp32 master weights in both branches
-    assert p.autocast is (mode == "bf16")
+    assert p.mode == mode and p.param_dtype == param and p.compute_dtype == compute
+    assert p.master_weights is (env == "1")  # bf16-master: the fp32 masters live in the optimizer
+    assert not p.autocast  # neither mode autocasts
     assert p.probe is not None and p.probe.method == "override"
-    assert ("native bf16" if env == "1" else "no native bf16") in p.reason
+    assert p.reason.startswith("native bf16" if env == "1" else "no native bf16")
+    if env == "1":
+        assert "bf16-master" in p.reason and "fp32 masters" in p.reason  # the stderr line says why
+
+
+def test_auto_on_a_native_bf16_cpu_under_torchrun_is_bf16(monkeypatch):
+    """bf16-master is single-process (the trainer refuses it under torchrun), so auto falls back to bf16."""
+    monkeypatch.setenv("RLVR_CPU_BF16", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    p = resolve_precision("auto", "cpu", log=False)
+    assert p.mode == "bf16" and p.autocast and p.param_dtype == torch.float32
+    assert "WORLD_SIZE=2" in p.reason and "not bf16-master" in p.reason
+
+
+def test_auto_on_cpu_asks_the_probe(monkeypatch):
+    """The decision follows the probe's verdict (mocked: no override, no timing)."""
+    from rlvr.precision_probe import CpuBf16Probe
+
+    monkeypatch.delenv("RLVR_CPU_BF16", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(precision, "probe_cpu_bf16", lambda: CpuBf16Probe(True, "flags+timing", "bf16 4.0x fp32"))
+    p = resolve_precision("auto", "cpu", log=False)
+    assert p.mode == "bf16-master" and p.reason.startswith("native bf16: bf16 4.0x fp32")
+    monkeypatch.setattr(precision, "probe_cpu_bf16", lambda: CpuBf16Probe(False, "flags", "no avx512_bf16"))
+    p = resolve_precision("auto", "cpu", log=False)
+    assert p.mode == "fp32" and p.reason == "no native bf16: no avx512_bf16"
 
 
 def test_explicit_modes_and_their_dtypes(monkeypatch):
@@ -57,7 +84,7 @@ def test_explicit_modes_and_their_dtypes(monkeypatch):
 def test_autocast_context_really_runs_bf16_matmuls(monkeypatch):
     monkeypatch.setenv("RLVR_CPU_BF16", "1")
     a = torch.randn(4, 4)
-    with resolve_precision("auto", log=False).autocast_context():
+    with resolve_precision("bf16", log=False).autocast_context():
         assert (a @ a).dtype == torch.bfloat16
     with resolve_precision("fp32", log=False).autocast_context():
         assert (a @ a).dtype == torch.float32
@@ -115,7 +142,7 @@ def test_decision_is_logged_once(monkeypatch, capsys):
     resolve_precision("auto")
     resolve_precision("auto")
     err = capsys.readouterr().err
-    assert err.count("rlvr: precision bf16 (model.dtype=auto, cpu)") == 1
+    assert err.count("rlvr: precision bf16-master (model.dtype=auto, cpu)") == 1
 
 
 def test_fsdp_kwargs_follow_the_mode():

@@ -141,7 +141,7 @@ def test_override_wins_over_a_cached_verdict(monkeypatch, probe_env):
 
 def test_module_entry_point_prints_the_auto_mode(monkeypatch, probe_env, capsys):
     monkeypatch.setattr(prec, "_bf16_speed_ratio", lambda: 1.5)
-    assert precision.main([]) == 0 and capsys.readouterr().out.strip() == "bf16"
+    assert precision.main([]) == 0 and capsys.readouterr().out.strip() == "bf16-master"
     assert precision.main(["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["mode"] == "bf16" and out["probe"]["cache_path"] and out["probe"]["bf16_over_fp32"] == 1.5
+    assert out["mode"] == "bf16-master" and out["probe"]["cache_path"] and out["probe"]["bf16_over_fp32"] == 1.5

@@ -24,16 +24,16 @@ def _eval(run, out, *extra) -> int:
 
 def test_resume_and_eval_follow_the_runs_recorded_precision(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
-    monkeypatch.setenv("RLVR_CPU_BF16", "1")  # a machine whose auto picks bf16
+    monkeypatch.setenv("RLVR_CPU_BF16", "1")  # a machine whose auto picks bf16-master
     assert train_tiny(tmp_path, "max_steps=1", "save_steps=1") == 0, capsys.readouterr().err
-    assert _mode(run / "checkpoint-1") == "bf16" and _mode(run / "final") == "bf16"
+    assert _mode(run / "checkpoint-1") == "bf16-master" and _mode(run / "final") == "bf16-master"
     capsys.readouterr()
 
     monkeypatch.setenv("RLVR_CPU_BF16", "0")  # the same run on a machine whose auto picks fp32
     assert train_tiny(tmp_path, "max_steps=2", "save_steps=1", "--resume") == 0, capsys.readouterr().err
     err = capsys.readouterr().err
-    assert "at precision bf16, the run's recorded one" in err and "would pick fp32 on this machine now" in err
-    assert _mode(run / "checkpoint-2") == "bf16" and _mode(run / "final") == "bf16"  # it continued in bf16
+    assert "at precision bf16-master, the run's recorded one" in err and "would pick fp32 on this machine now" in err
+    assert _mode(run / "checkpoint-2") == "bf16-master" and _mode(run / "final") == "bf16-master"  # it continued in bf16-master
     assert "dtype: auto" in (run / "config.yaml").read_text()  # the run's config still says auto
     state = json.loads((run / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["config"]["model"]["dtype"] == "auto"  # so a later --resume compares equal
@@ -41,10 +41,10 @@ def test_resume_and_eval_follow_the_runs_recorded_precision(tmp_path, monkeypatc
     assert _eval(run, tmp_path / "after.json", "--checkpoint", str(run / "final")) == 0
     err = capsys.readouterr().err
     after = json.loads((tmp_path / "after.json").read_text())
-    assert after["precision"] == "bf16" and "precision bf16." in (tmp_path / "after.md").read_text()
-    assert f"eval {run / 'final'}: at precision bf16" in err
+    assert after["precision"] == "bf16-master" and "precision bf16-master." in (tmp_path / "after.md").read_text()
+    assert f"eval {run / 'final'}: at precision bf16-master" in err
     samples = [json.loads(x) for x in (tmp_path / "after.samples.jsonl").read_text().splitlines()]
-    assert {s["precision"] for s in samples} == {"bf16"}
+    assert {s["precision"] for s in samples} == {"bf16-master"}
 
     # model.dtype given explicitly wins over the recording, and says so
     assert _eval(run, tmp_path / "fp32.json", "--checkpoint", str(run / "final"), "model.dtype=fp32") == 0

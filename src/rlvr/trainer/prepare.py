@@ -257,8 +257,8 @@ class BatchPreparation:
         need_old = bool(self.schedule.needs_old_logp)
         if overlapped:
             if batch.sampler_logp is None:
-                raise TrainingError(f"max_async_level={cfg.max_async_level}: sampler {cfg.sampler!r} gives no "
-                                    "behaviour log-probs (sampler_logp)")
+                knob = "streaming.enable" if cfg.streaming.enable else f"max_async_level={cfg.max_async_level}"
+                raise TrainingError(f"{knob}: sampler {cfg.sampler!r} gives no behaviour log-probs (sampler_logp)")
             batch.old_logp = batch.sampler_logp
         elif self._needs_trainer_old_logp():
             t = time.perf_counter()

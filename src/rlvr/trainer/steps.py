@@ -39,6 +39,7 @@ class OptimizerSteps:
             mask_truncated=cfg.mask_truncated_completions, max_grad_norm=cfg.max_grad_norm,
             chunk_size=cfg.logprob_chunk_size, extra_mask_fns=self.extra_mask_fns,
             loss_inputs=step.loss_inputs, share_prompt=cfg.share_prompt_forward, dp=self.dp,
+            step_guard=getattr(self._pipeline, "step_guard", None),  # streaming: the producer sees whole updates
         )
         phase = step.phase
         m = {f"{phase}/{k}": v for k, v in res.metrics.items()} if phase else dict(res.metrics)

@@ -174,8 +174,15 @@ class Trainer(BatchPreparation, OptimizerSteps):
         self._stop_asked: int | None = None  # request_stop(): polled at step boundaries like a first signal
         self.progress_total: int | None = cfg.max_steps  # the step bar's total (None: unknown; rlvr compare sets it)
         self._gen_version = 0  # policy version stamped on the rows being generated
-        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py)
+        # max_async_level > 0: later rounds are generated in a background thread (trainer/overlap.py);
+        # streaming.enable: a producer thread fills a buffer of whole groups (trainer/streaming.py)
         self._pipeline = RolloutPipeline(self, cfg.max_async_level) if cfg.max_async_level > 0 else None
+        if cfg.streaming.enable:
+            if self.world_size > 1:
+                raise ConfigError("streaming.enable runs in one process (not under torchrun)")
+            from rlvr.trainer.streaming import StreamingPipeline
+
+            self._pipeline = StreamingPipeline(self, cfg.streaming)
 
     def _prepare_models(
         self, model: torch.nn.Module, ref_model: torch.nn.Module | None, lora: bool,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
@@ -126,6 +126,7 @@ def policy_update(
     loss_inputs: Mapping[str, Any] | None = None,
     share_prompt: bool = True,
     dp: Any = None,
+    step_guard: Callable[[], ContextManager[Any]] | None = None,
 ) -> UpdateResult:
     """Forward/backward over micro-batches of ``batch`` and one optimizer step.
 
@@ -146,6 +147,10 @@ def policy_update(
     gradients are reduced over ranks before clipping, and a non-finite loss on any rank skips the step
     on every rank. Every rank must call it the same number of times (an empty ``batch`` is allowed).
 
+    ``step_guard`` (streaming rollouts, :mod:`rlvr.trainer.streaming`): a context manager factory entered
+    once per call around the gradient clip and the optimizer step (the only place the weights change),
+    also when the step is skipped, so a generation thread never samples from half-updated weights.
+
     Raises:
         ValueError: ``batch.advantages`` is missing.
     """
@@ -161,7 +166,8 @@ def policy_update(
         scale=dp.loss_scale(loss_norm_scope) if dp is not None else 1.0, dp=dp,
     )
     finite, factor, params = _rescale_for_masks(model, optimizer, settings, denominators, den_parts, finite, dp)
-    finite, grad_norm = _clip_and_step(optimizer, params, finite, max_grad_norm, step_optimizer, dp)
+    with (step_guard() if step_guard is not None else contextlib.nullcontext()):
+        finite, grad_norm = _clip_and_step(optimizer, params, finite, max_grad_norm, step_optimizer, dp)
     out = acc.result()
     if factor != 1.0:
         out.update({k: v * factor for k, v in out.items() if k.startswith("loss/")})

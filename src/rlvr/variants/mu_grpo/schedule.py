@@ -135,10 +135,12 @@ def check_mu_grpo(cfg: Any) -> None:
 
     Raises:
         ConfigError: ``schedule: staged`` with ``mu_grpo.stage_prompt_draw=fresh_shuffle`` and
-            ``max_async_level > 0``.
+            ``max_async_level > 0`` or ``streaming.enable``.
     """
-    if cfg.max_async_level > 0 and cfg.schedule == "staged" and cfg.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+    ahead = cfg.max_async_level > 0 or cfg.streaming.enable
+    if ahead and cfg.schedule == "staged" and cfg.mu_grpo.stage_prompt_draw == "fresh_shuffle":
+        knob = "streaming.enable" if cfg.streaming.enable else f"max_async_level={cfg.max_async_level}"
         raise ConfigError(
             "mu_grpo.stage_prompt_draw=fresh_shuffle reshuffles the prompts at a stage's first update, but with "
-            f"max_async_level={cfg.max_async_level} later stages are drawn before it: use continue_loader"
+            f"{knob} later stages are drawn before it: use continue_loader"
         )
