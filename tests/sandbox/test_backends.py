@@ -104,14 +104,20 @@ def test_http_backend_faults_are_sandbox_errors(service, monkeypatch):
         run("ok", backend="http")
 
 
-def test_auto_falls_back_to_local_with_one_warning(monkeypatch):
+def test_auto_refuses_instead_of_falling_back_to_local(monkeypatch):
+    """Issue 37: auto used to run every code reward under local (one RuntimeWarning) when bwrap failed."""
     monkeypatch.setattr(sb, "probe_bwrap", lambda *a: "user namespaces are disabled")
     sb._auto_choice.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="NOT a security boundary") as caught:
-            assert run("print(1)", backend="auto").backend == "local"
-            assert run("print(2)", backend="auto").stdout == "2\n"
-        assert len([w for w in caught if "falling back" in str(w.message)]) == 1
+        for _ in range(2):  # refused every time, not only on the first call
+            with pytest.raises(SandboxUnavailable) as err:
+                run("print(1)", backend="auto")
+            text = str(err.value)
+            assert "user namespaces are disabled" in text and "never falls back" in text
+            assert "backend local" in text and "backend http" in text and "bubblewrap" in text
+        with pytest.raises(SandboxUnavailable):
+            check_backend("auto")
+        assert run("print(2)", backend="local").stdout == "2\n"  # an explicit choice still runs
     finally:
         sb._auto_choice.cache_clear()
 

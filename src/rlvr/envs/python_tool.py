@@ -29,7 +29,8 @@ DEFAULTS: dict[str, object] = {"timeout_s": 3.0, "memory_mb": 512, "output_bytes
 """Limits of the built-in ``python`` tool (keywords of :func:`rlvr.sandbox.run`): 3 s wall clock (below
 the environment's default ``tool_timeout_s`` of 5 s, so the sandbox's own message arrives first),
 512 MiB address space, 64 KiB of stdout and of stderr (the environment then cuts to its
-``max_output_chars``), backend ``auto`` (``bwrap``, else ``local`` with one warning)."""
+``max_output_chars``), backend ``auto`` (``bwrap``; where bwrap cannot run, every call returns the sandbox's refusal
+naming the fix: it never falls back to ``local``)."""
 
 _LAUNCHER_FRAME = re.compile(r'^  File "<string>", line \d+, in <module>\n', re.MULTILINE)
 

@@ -10,8 +10,8 @@ Backends (``docs/code_rewards.md`` has the full list of what each protects again
   (:mod:`rlvr.sandbox.local`); it kills and reaps the whole run, but it is NOT a security boundary
   (the program sees the file system and the network).
 * ``http`` — a SandboxFusion-compatible ``/run_code`` service (:mod:`rlvr.sandbox.http`).
-* ``auto`` — ``bwrap`` if a test run works here (probed once per process), else ``local`` with one
-  warning saying what that means.
+* ``auto`` — ``bwrap`` if a test run works here (probed once per process); otherwise it refuses
+  (:class:`SandboxUnavailable`, exit 2) naming why and the three ways out. It never falls back.
 
 Only the standard library is importable inside ``bwrap`` and ``local`` (the interpreter runs with
 ``-I``, without the caller's virtual environment).
@@ -20,7 +20,6 @@ Only the standard library is importable inside ``bwrap`` and ``local`` (the inte
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Mapping
 
 from rlvr.sandbox.base import MARKER_ENV, STATUSES, Limits, RunResult, SandboxUnavailable
@@ -42,19 +41,20 @@ def _auto_choice() -> str:
     reason = probe_bwrap()
     if not reason:
         return "bwrap"
-    warnings.warn(
-        f"sandbox backend auto: bwrap cannot run here ({reason}); falling back to backend local, which limits "
-        "time, memory, output and processes and cleans up every process, but is NOT a security boundary: "
-        "programs can read your files and reach the network. To fix: " + BWRAP_FIX,
-        RuntimeWarning, stacklevel=3)
-    return "local"
+    raise SandboxUnavailable(
+        f"sandbox backend auto: bwrap cannot run here ({reason}), and auto never falls back to an unisolated "
+        f"backend. Three ways out: (1) fix bwrap: {BWRAP_FIX}; (2) choose backend local explicitly (task.config."
+        "backend=local): limits time, memory and output but is NOT a security boundary (programs read your files, "
+        "reach the network and can read hidden tests); (3) choose backend http with task.config.url (or "
+        "$RLVR_SANDBOX_URL) pointing at a SandboxFusion-compatible service")
 
 
 def resolve_backend(backend: str) -> str:
-    """The concrete backend ``backend`` means here (``auto`` → ``bwrap`` or ``local``, probed once).
+    """The concrete backend ``backend`` means here (``auto`` → ``bwrap``, probed once).
 
     Raises:
-        SandboxUnavailable: ``backend`` is not one of :data:`BACKENDS`.
+        SandboxUnavailable: ``backend`` is not one of :data:`BACKENDS`, or it is ``auto`` and bwrap
+            cannot run here (never a silent fall back to ``local``).
     """
     if backend not in BACKENDS:
         raise SandboxUnavailable(f"sandbox backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
@@ -66,7 +66,7 @@ def check_backend(backend: str, *, url: str | None = None, python: str | None = 
 
     ``bwrap``: one test run (memoised); ``http``: the URL is configured (the service is not
     contacted, so a config check stays offline); ``local``: an interpreter the program's user can
-    run exists; ``auto``: never fails (it falls back). Returns the concrete backend.
+    run exists; ``auto``: bwrap must run here (it never falls back). Returns the concrete backend.
 
     Raises:
         SandboxUnavailable: naming the backend, the reason and the fix.
