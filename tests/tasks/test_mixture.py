@@ -18,7 +18,7 @@ from rlvr.testing import ToyTask
 from rlvr.trainer.mixture import MixtureLoader, pick, weights_at_step
 
 TWO = "task.mixture=[{type: reasoning_gym, name: chain_sum, train_size: 6, eval_size: 3, weight: 1}, " \
-      "{type: code, config: {backend: local}, weight: 3}]"
+      "{type: code, config: {backend: local, allow_local_hidden_tests: true}, weight: 3}]"
 
 
 def _err(*overrides: str) -> str:
@@ -51,8 +51,8 @@ def test_an_entry_error_found_when_building_names_the_entry():
     cfg = build_config(overrides=["task.mixture=[{type: code}, {type: reasoning_gym, name: no_such_dataset}]"])
     with pytest.raises(ConfigError, match=r"task\.mixture\[1\]\.name"):
         build_task(cfg.task)
-    cfg = build_config(overrides=["task.mixture=[{type: code, config: {backend: local}}, "
-                                  "{type: code, config: {backend: local}}]"])
+    cfg = build_config(overrides=["task.mixture=[{type: code, config: {backend: local, allow_local_hidden_tests: true}}, "
+                                  "{type: code, config: {backend: local, allow_local_hidden_tests: true}}]"])
     with pytest.raises(ConfigError, match=r"both named 'code_builtin'.*task\.mixture\[1\]\.label"):
         build_task(cfg.task)
 
