@@ -8,11 +8,11 @@ import threading
 import time
 import warnings
 import os
-import socketserver
 import tempfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback_http import LoopbackServer
 
 import rlvr.sandbox as sb
 from rlvr.errors import ConfigError
@@ -55,20 +55,9 @@ class _Service(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def server_bind(self):  # HTTPServer's own looks the host name up (seconds without DNS)
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
-
-    def handle_error(self, request, client_address):  # the "slow" answer's client has gone: expected
-        pass
-
-
 @pytest.fixture
 def service():
-    srv = _Server(("127.0.0.1", 0), _Service)
+    srv = LoopbackServer(("127.0.0.1", 0), _Service)
     _Service.seen = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
-import socketserver
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback_http import LoopbackServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,19 +58,8 @@ class _Canned(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def server_bind(self):  # HTTPServer's own looks the host name up (seconds without DNS)
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
-
-    def handle_error(self, request, client_address):
-        pass
-
-
 def _serve(handler):
-    srv = _Server(("127.0.0.1", 0), handler)
+    srv = LoopbackServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f"http://127.0.0.1:{srv.server_address[1]}"
 
