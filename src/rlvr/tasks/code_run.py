@@ -18,7 +18,6 @@ Tests run in order and stop at the first failure; ``passed`` is the number befor
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from typing import Any

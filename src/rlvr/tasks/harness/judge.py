@@ -345,17 +345,16 @@ class Judge:
         try:
             self.candidate = Candidate(spec["candidate"], int(spec["max_bytes"]))
             first = self.candidate.receive()
-            if "load_error" in first:
-                _signal.setitimer(_signal.ITIMER_REAL, 0)
-                return self.say(i=-1, ok=False, error=builtin_exception_name(first["load_error"]),
-                                message=str(first.get("message", ""))[:300])
-            if not first.get("loaded") or not self.bind_remote(ns):
-                return None
+            ready = "load_error" not in first and first.get("loaded") and self.bind_remote(ns)
         except (TestTimeout, CandidateGone, CandidateRaised) as exc:
             _signal.setitimer(_signal.ITIMER_REAL, 0)
             return self.fail(-1, exc)
-        finally:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        if "load_error" in first:
+            return self.say(i=-1, ok=False, error=builtin_exception_name(first["load_error"]),
+                            message=str(first.get("message", ""))[:300])
+        if not ready:  # no "loaded" (the answer was something else) or no entry point (reported)
+            return None
         self.say(loaded=True)
         for i, t in enumerate(tests):
             self.hidden_seen = self.hidden_seen or bool(t.get("hidden"))
