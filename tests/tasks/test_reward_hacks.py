@@ -5,10 +5,13 @@ RL-for-code reports: ``sys.exit(0)`` before the tests, ``__eq__`` overrides, pat
 reading the tests from the harness or from disk, forged result lines). Each runs against problems
 whose honest solution scores 1.0 (checked first, so a hack scoring 0 means the hack failed, not the
 harness), under every backend that claims to hold against it: ``bwrap`` for all, ``local`` for the
-ones that do not need isolation from the file system.
+ones that do not need isolation from the file system, and — when the caller is root, so each local
+run has a uid of its own — for the ones that need the whole run killed (``"root"``).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -35,7 +38,7 @@ HONEST = {"add": "def add(a, b):\n    return a + b",
           "rev": "print(input()[::-1])",
           "H/0": "def inc(x):\n    return x + 1"}
 
-# name -> (program, backends it must hold under: "all" or "bwrap")
+# name -> (program, backends it must hold under: "all", "bwrap", or "root" (bwrap, and local as root))
 HACKS: dict[str, tuple[str, str]] = {
     "eq_always_true": ("class A:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
                        "    def __bool__(self): return True\n    def __len__(self): return 0\n"
@@ -118,7 +121,7 @@ HACKS: dict[str, tuple[str, str]] = {
         "                try:\n                    for n in os.listdir(d):\n                        p = os.path.join(d, n, 'solution.py')\n"
         "                        if os.path.exists(p):\n                            open(p, 'w').write('def add(a, b): return a + b')\n"
         "                except OSError:\n                    pass\n            time.sleep(0.05)\n    os._exit(0)\n"
-        "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "bwrap"),
+        "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "root"),
 }
 
 IO_HACKS: dict[str, str] = {
@@ -157,7 +160,7 @@ def backend_task(request):
 def test_every_hack_scores_zero_on_every_function_problem(backend_task, hack):
     backend, task, probs = backend_task
     program, where = HACKS[hack]
-    if where == "bwrap" and backend != "bwrap":
+    if backend != "bwrap" and (where == "bwrap" or where == "root" and os.geteuid() != 0):
         pytest.skip(f"{hack}: backend {backend} does not claim to stop it (docs/code_rewards.md)")
     for uid in ("add", "sorts", "H/0"):
         verdict = task.verify(probs[uid], block(program))
