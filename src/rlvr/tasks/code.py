@@ -263,8 +263,7 @@ def _refuse_local_hidden_tests(name: str, problems: list[Problem], options: Code
         raise ConfigError(
             f"task {name!r}: problem {hidden.uid!r} has hidden tests, and backend local cannot keep them hidden "
             "(a program reads the file system with its user's rights, so it can copy the expected values from "
-            "the data file or rlvr's own built-in problems). Use backend bwrap (backend auto's refusal says why it cannot "
-            ""
+            "the data file or rlvr's own built-in problems). Use backend bwrap (rlvr doctor says why it cannot "
             "run here) or http, or set task.config.allow_local_hidden_tests=true if the programs are trusted")
 
 
