@@ -1,4 +1,5 @@
-"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr eval-merge``, ``rlvr export``, ``rlvr plot``, ``rlvr compare``.
+"""Command line: ``rlvr train``, ``rlvr eval``, ``rlvr eval-merge``, ``rlvr export``, ``rlvr plot``, ``rlvr compare``,
+``rlvr doctor``.
 
 Exit codes: 0 done; 1 a run-time failure (a model that cannot be loaded, a file that cannot be
 written, more than half of a run's reward calls failed, non-finite updates); 2 bad configuration or
@@ -8,7 +9,7 @@ writing a checkpoint.
 
 One module per subcommand group: :mod:`~rlvr.cli.parser` (flags), :mod:`~rlvr.cli.train`,
 :mod:`~rlvr.cli.evaluate` (eval, eval-merge, plot), :mod:`~rlvr.cli.export`,
-:mod:`~rlvr.cli.compare`, :mod:`~rlvr.cli.common` (exit codes, config loading) and
+:mod:`~rlvr.cli.compare`, :mod:`~rlvr.cli.doctor` (which sandbox a run gets), :mod:`~rlvr.cli.common` (exit codes, config loading) and
 :mod:`~rlvr.cli.app` (``main``: dispatch and the exit-code mapping). The names below are re-exported
 so that ``rlvr.cli:main`` (the console script) and ``from rlvr.cli import ...`` keep working.
 """

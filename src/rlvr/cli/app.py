@@ -9,6 +9,7 @@ from typing import Sequence
 
 from rlvr.cli.common import EXIT_CONFIG, EXIT_IDLE, EXIT_RUNTIME, _load_cli_plugins
 from rlvr.cli.compare import cmd_compare
+from rlvr.cli.doctor import cmd_doctor
 from rlvr.cli.evaluate import cmd_eval, cmd_eval_merge, cmd_plot
 from rlvr.cli.export import cmd_export
 from rlvr.cli.parser import parse_args
@@ -36,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
-    handlers = {"train": cmd_train, "eval": cmd_eval, "eval-merge": cmd_eval_merge, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}
+    handlers = {"train": cmd_train, "eval": cmd_eval, "eval-merge": cmd_eval_merge, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare,
+                "doctor": cmd_doctor}
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         _load_cli_plugins(args)

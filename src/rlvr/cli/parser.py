@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="end this call at the first optimizer step after SECONDS: the run in progress writes a "
                          "checkpoint and resumes on the next call (fits long runs into time-limited slots; --jobs 1)")
     cp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides applied to every arm")
-    for p in (t, e, em, ex, pl, cp):
+    dr = sub.add_parser("doctor", help="which code sandbox a run would get here and why (bwrap probe, user "
+                        "namespaces, uids, interpreter, local's uid pool), plus torch threads and bf16; exit 1 "
+                        "when no isolating sandbox is available")
+    _common(dr)
+    for p in (t, e, em, ex, pl, cp, dr):
         _plugin_flag(p)
     return parser
 

@@ -46,7 +46,8 @@ def _auto_choice() -> str:
         f"backend. Three ways out: (1) fix bwrap: {BWRAP_FIX}; (2) choose backend local explicitly (task.config."
         "backend=local): limits time, memory and output but is NOT a security boundary (programs read your files, "
         "reach the network and can read hidden tests); (3) choose backend http with task.config.url (or "
-        "$RLVR_SANDBOX_URL) pointing at a SandboxFusion-compatible service")
+        "$RLVR_SANDBOX_URL) pointing at a SandboxFusion-compatible service. `rlvr doctor` shows what was found "
+        "(the probe, the user-namespace settings, the uids)")
 
 
 def resolve_backend(backend: str) -> str:
