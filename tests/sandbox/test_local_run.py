@@ -139,11 +139,13 @@ def test_files_and_ipc_a_run_made_in_shared_places_are_removed():
 def test_a_crashed_runs_leftovers_are_ended_when_its_uid_is_claimed(monkeypatch):
     uid = local_uids.uid_pool()[-1]
     monkeypatch.setenv(local_uids.POOL_ENV, f"{uid}-{uid}")
+    crashed = local_uids.UidLease(1.0)  # a run that dies without its clean-up: the lock goes, the mess stays
     stray = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[], start_new_session=True)
     path = f"/tmp/rlvr-t-{uuid.uuid4().hex}"
     with open(path, "w"):
         pass
     os.chown(path, uid, uid)
+    os.close(crashed.fd)
     try:
         res = run("import os\nprint(os.getuid())", backend="local", timeout_s=5)
         assert res.status == "ok" and res.stdout == f"{uid}\n", res

@@ -101,18 +101,18 @@ print("all held")
 """
 
 
-@needs_bwrap
-def test_memory_is_a_budget_of_the_whole_run_not_of_each_process():
-    res = run(FORK_HOGS, backend="bwrap", memory_mb=400, timeout_s=6, nproc=16)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_memory_is_a_budget_of_the_whole_run_not_of_each_process(backend):
+    res = run(FORK_HOGS, backend=backend, memory_mb=400, timeout_s=6, nproc=16)
     assert res.status == "memory", res
     assert "together" in res.detail
     assert res.wall_s < 5.0  # killed when the sum passed the budget, not at the deadline
 
 
-@needs_bwrap
-def test_a_run_under_its_memory_budget_is_not_touched():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_under_its_memory_budget_is_not_touched(backend):
     prog = "import os\nif os.fork() == 0:\n    b = bytearray(60 << 20)\n    os._exit(0)\nos.wait()\nprint('done')"
-    res = run(prog, backend="bwrap", memory_mb=400)
+    res = run(prog, backend=backend, memory_mb=400)
     assert res.status == "ok" and res.stdout == "done\n", res
 
 

@@ -42,7 +42,7 @@ from rlvr.sandbox.base import (
     LAUNCHER, Limits, RunResult, SandboxUnavailable, classify, decode, marked_pids, minimal_env, pump,
     python_for_sandbox,
 )
-from rlvr.sandbox.local_uids import UidLease, kill_uid
+from rlvr.sandbox.local_uids import UidLease, kill_uid, processes_of
 
 PROGRAM_NAME = "main.py"
 
@@ -139,7 +139,8 @@ else:
         except ChildProcessError:
             _status = 0
             break
-    _kill_all()
+    if _uid < 0:
+        _kill_all()
     if os.WIFSIGNALED(_status):
         _sig = os.WTERMSIG(_status)
         if _sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -153,7 +154,8 @@ child subreaper, forks the program — which drops to ``UID`` (when ``>= 0``), a
 when the supervisor dies and runs :data:`~rlvr.sandbox.base.LAUNCHER` in the same interpreter (no
 second interpreter start) — then waits for it. When the program exits, or on ``SIGTERM``, it kills
 every process of the run (``UID``'s processes; without a uid, its descendants), reaps them and exits
-with the program's status (dying of the same signal when the program did). It holds the uid's lock
+with the program's status (dying of the same signal when the program did); with a uid, the caller
+kills the run after a normal exit, so the supervisor does so only on ``SIGTERM``. It holds the uid's lock
 (``LOCKFD``) so the uid stays claimed while it cleans up after a dead caller. Interpretation:
 ``prctl`` from the forked child rather than ``preexec_fn``, which is unsafe in a threaded parent."""
 
@@ -180,12 +182,15 @@ def write_files(folder: str, program: str, files: Mapping[str, str | bytes] | No
 
 
 def kill_run(proc: subprocess.Popen, token: str, uid: int | None = None, rounds: int = 5) -> None:
-    """End the run: every process of ``uid`` (when given), else the supervisor's own clean-up
-    (``SIGTERM``, waited for up to a second) and then, as a backstop, the process group and every
-    process carrying the run's marker, until none is left; the supervisor last."""
+    """End the run: every process of ``uid`` and the supervisor's process group (when ``uid`` is
+    given), else the supervisor's own clean-up (``SIGTERM``, waited for up to a second) and then, as
+    a backstop, the process group and every process carrying the run's marker, until none is left."""
     if uid is not None:
-        kill_uid(uid)
-    elif proc.poll() is None:
+        kill_uid(uid)  # the whole run but the supervisor (root, in the process group)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -244,13 +249,16 @@ def run_local(program: str, *, stdin: str | bytes = "", files=None, limits: Limi
         data = stdin.encode() if isinstance(stdin, str) else stdin
         end = lambda: kill_run(proc, token, uid)  # noqa: E731
         try:
-            got = pump(proc, data, limits, kill=end, on_exit=end)
+            # as root the run's uid holds every process of the run, even one that left the tree
+            pids = (lambda: processes_of(uid)) if uid is not None else None
+            got = pump(proc, data, limits, kill=end, on_exit=end, run_pids=pids)
         finally:
             end()
             if proc.poll() is None:
                 proc.wait()
         out, err = decode(got.stdout), decode(got.stderr)
-        status, detail = classify(got.returncode, err, timed_out=got.timed_out, over_output=got.over_output)
+        status, detail = classify(got.returncode, err, timed_out=got.timed_out, over_output=got.over_output,
+                                  over_memory=got.over_memory)
         return RunResult(status, got.returncode, out, err, time.monotonic() - t0, "local", detail)
     finally:
         if lease is not None:

@@ -14,8 +14,9 @@ the run three properties a shared user (``nobody``) cannot:
 * everything it wrote to the shared writable places (:data:`CLEAN_ROOTS`: ``/tmp``, ``/var/tmp``,
   ``/dev/shm``, ...) is found by owner and removed, with its System V IPC objects.
 
-:func:`clean_uid` does all of that; the backend calls it when it claims a uid (a crashed earlier
-run may have left processes), at the end of the run, then releases the lock.
+:func:`clean_uid` does all of that; :class:`UidLease` calls it at the end of the run, before it
+releases the lock, and when it claims a uid whose last holder did not finish (a crashed run may
+have left processes).
 
 Interpretation (issue 37): cgroups would give the same "kill the whole run" without uids, but
 need a delegated cgroup tree that a container or a laptop rarely has; a uid per run needs only root.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import os
 import pwd
 import random
@@ -73,7 +75,12 @@ def uid_pool() -> list[int]:
         uids = range(first, last + 1)
     else:
         uids = DEFAULT_POOL
-    return [u for u in uids if not _has_passwd_entry(u)]
+    return _without_users(uids.start, uids.stop)
+
+
+@functools.lru_cache(maxsize=8)
+def _without_users(start: int, stop: int) -> list[int]:
+    return [u for u in range(start, stop) if not _has_passwd_entry(u)]  # ~70 us per passwd look-up: once
 
 
 def _has_passwd_entry(uid: int) -> bool:
@@ -142,10 +149,15 @@ def processes_of(uid: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/status", "rb") as f:
-                text = f.read()
+            fd = os.open(f"/proc/{name}/status", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
+        try:
+            text = os.read(fd, 2048)  # State and Uid are among the first lines
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
         state = text.find(b"\nState:\t")
         if state >= 0 and text[state + 8:state + 9] in (b"Z", b"X"):
             continue
@@ -255,7 +267,11 @@ def clean_uid(uid: int, folder: str | None = None) -> bool:
 
 
 class UidLease:
-    """One run's claim on a pool uid, cleaned before use and after (``with UidLease(wait_s) as uid``).
+    """One run's claim on a pool uid, cleaned before use and after.
+
+    The lock file records whether the last holder finished its clean-up (``clean``, written only
+    when no process of the uid was left); a claim finding anything else (a run that crashed, or a
+    caller killed mid-run) cleans the uid first.
 
     Raises:
         SandboxUnavailable: see :func:`claim_uid`.
@@ -263,14 +279,23 @@ class UidLease:
 
     def __init__(self, wait_s: float) -> None:
         self.uid, self.fd = claim_uid(wait_s)
-        clean_uid(self.uid)  # a crashed earlier run may have left processes or files
+        try:
+            state = os.pread(self.fd, 16, 0)
+            os.pwrite(self.fd, b"dirty", 0)
+            if state != b"clean":
+                clean_uid(self.uid)  # a crashed earlier run may have left processes or files
+        except BaseException:
+            self.release()
+            raise
 
     def release(self, folder: str | None = None) -> None:
-        """Clean the uid (and ``folder``), then drop the lock (idempotent)."""
+        """Clean the uid (and ``folder``), mark it clean when no process is left, then drop the lock
+        (idempotent)."""
         if self.fd < 0:
             return
         try:
-            clean_uid(self.uid, folder)
+            if clean_uid(self.uid, folder):
+                os.pwrite(self.fd, b"clean", 0)
         finally:
             os.close(self.fd)
             self.fd = -1
