@@ -142,8 +142,7 @@ class RLConfig(StrictModel):
     reward_errors_fatal: bool = False
     reward_timeout_s: float = Field(30.0, ge=0)  # one deadline per batch of reward calls (hung calls cost only themselves); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
-    # reward components summed by weight (verifier, reward_model, judge: rlvr.config_rewards, docs/rewards.md);
-    # empty: the task's verifier alone
+    # reward components summed by weight (rlvr.config_rewards, docs/rewards.md); empty: the verifier alone
     rewards: list[RewardConfig] = Field(default_factory=list)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
