@@ -6,7 +6,7 @@ stand-in service on the loopback that answers at once: the client's and the loop
 next to a bare ``subprocess.run([python, "-I", "-c", "pass"])``. Scoring: 64 completions of the
 built-in set (half correct, half wrong at a hidden test, so all five tests run for every completion),
 assert-style (one sandbox run per completion, the harness runs the five tests) and stdin/stdout
-(one run per test), through :class:`rlvr.reward_pool.VerifierPool` with 1 and 2 workers (started and warmed
+(one run per test), through :class:`rlvr.rewards.pool.VerifierPool` with 1 and 2 workers (started and warmed
 up first, so their start-up is not timed).
 
     flock /tmp/rlvr-heavy.lock env PYTHONPATH=src python benchmarks/bench_sandbox.py  # → benchmarks/results/sandbox.json
@@ -119,7 +119,7 @@ def _batch(kind: str) -> tuple[list, list]:
 
 def scoring(backend: str, kind: str, workers: int) -> dict:
     """Wall seconds to score the 64 completions of ``kind`` with ``workers`` reward workers."""
-    from rlvr.reward_pool import VerifierPool
+    from rlvr.rewards.pool import VerifierPool
     from rlvr.tasks.code import CodeConfig, CodeTask
 
     problems, completions = _batch(kind)

@@ -132,10 +132,10 @@ def tok():
 
 
 def test_the_pools_float32_bound_is_torchs():
-    """rlvr.reward_pool imports no torch (fast worker start-up), so it spells float32's largest value."""
+    """rlvr.rewards.pool imports no torch (fast worker start-up), so it spells float32's largest value."""
     import torch
 
-    from rlvr.reward_pool import FLOAT32_MAX
+    from rlvr.rewards.pool import FLOAT32_MAX
     from rlvr.rewards import REWARD_DTYPE
 
     assert FLOAT32_MAX == torch.finfo(REWARD_DTYPE).max
@@ -159,7 +159,7 @@ def test_a_script_read_from_stdin_scores_in_workers_and_still_cuts_off_a_hung_ca
     forks instead; the timeout still cuts off a hung call, and the good calls keep their scores."""
     script = textwrap.dedent("""
         import time
-        from rlvr.reward_pool import VerifierPool, main_reimportable
+        from rlvr.rewards.pool import VerifierPool, main_reimportable
         from rlvr.tasks.base import Verdict
 
         class StdinTask:
@@ -193,7 +193,7 @@ def test_hung_calls_past_the_spare_cap_cost_only_themselves(tok):
     and the batch stays within BATCH_DEADLINE_FACTOR x reward_timeout_s (+ start-up)."""
     from reward_worker_tasks import ScriptedTask
 
-    from rlvr.reward_pool import BATCH_DEADLINE_FACTOR, MIN_SPARE_WORKERS
+    from rlvr.rewards.pool import BATCH_DEADLINE_FACTOR, MIN_SPARE_WORKERS
 
     t = 2.0
     sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=t, num_workers=1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlvr.rewards import RewardError, Scorer
-from rlvr.reward_pool import VerifierPool
+from rlvr.rewards.pool import VerifierPool
 from rlvr.tasks.base import Problem
 from rlvr.testing import small_config
 from rlvr.types import RolloutBatch

@@ -33,6 +33,7 @@ from rlvr.config_sections import (
     StrictModel,
 )
 from rlvr.config_aliases import apply_aliases, set_path
+from rlvr.config_rewards import RewardConfig, check_reward_list
 from rlvr.errors import ConfigError
 from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
@@ -141,6 +142,8 @@ class RLConfig(StrictModel):
     reward_errors_fatal: bool = False
     reward_timeout_s: float = Field(30.0, ge=0)  # one deadline per batch of reward calls (hung calls cost only themselves); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
+    # reward components summed by weight (rlvr.config_rewards, docs/rewards.md); empty: the verifier alone
+    rewards: list[RewardConfig] = Field(default_factory=list)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
     disable_dropout: bool = True  # dropout off in the loss forward too (TRL's name): it sees the network old_logp/sampling saw
@@ -232,6 +235,7 @@ class RLConfig(StrictModel):
             )
         if self.streaming.enable:
             self._check_streaming()
+        check_reward_list(self.rewards, self.task.mixture is not None)
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
                 f"max_async_level={self.max_async_level} needs engine=vllm: the hf engine samples from the very "

@@ -162,3 +162,34 @@ def build_tiny_model(
     )
     model.eval()
     return model, tok
+
+
+def build_tiny_reward_model(seed: int = 0, *, num_labels: int = 1, hidden_size: int = 32,
+                            num_layers: int = 1) -> tuple[Any, Any]:
+    """A tiny random sequence-classification llama and its tokenizer, for reward-model tests and the
+    offline ``rewards: [{type: reward_model, name_or_path: tiny}]`` (offline, deterministic).
+
+    ``LlamaForSequenceClassification`` (its score is the head's output at the last non-pad token), built
+    under ``torch.manual_seed(seed)`` with the global RNG state restored, float32, eval mode, CPU, on
+    :func:`build_tiny_tokenizer` (``config.pad_token_id`` set, so batches of several rows work).
+
+    Returns:
+        ``(model, tokenizer)``; ``model(**enc).logits`` is ``[B, num_labels]``.
+    """
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        num_labels=num_labels, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    rng_state = torch.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = LlamaForSequenceClassification(config)
+    finally:
+        torch.set_rng_state(rng_state)
+    model.eval()
+    return model, tok

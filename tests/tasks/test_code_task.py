@@ -10,7 +10,7 @@ import pytest
 from rlvr import cli
 from rlvr.config_sections import TaskConfig
 from rlvr.errors import ConfigError, DataError
-from rlvr.reward_pool import VerifierPool
+from rlvr.rewards.pool import VerifierPool
 from rlvr.tasks import build_task
 from rlvr.tasks.code import CodeConfig, CodeTask, problem_from_row, read_code_jsonl
 from rlvr.tasks.code_data import builtin_rows

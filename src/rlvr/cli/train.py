@@ -196,6 +196,9 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
     if cfg.task.mixture is not None and hasattr(task, "check_training"):  # each source's data, the curriculum's names
         task.check_training(cfg.task.curriculum)
     check_filter_metric(cfg, task)  # the task's half of validate_run (its config half ran in _load_config)
+    from rlvr.rewards.combine import check_rewards
+
+    check_rewards(cfg, task)  # rewards: sources, names, api_key_env
     check_engine_config(cfg)
     from rlvr.models import check_model_path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.envs.base import ENVS, Environment, Step
-from rlvr.reward_pool import checked_score
+from rlvr.rewards.pool import checked_score
 from rlvr.tasks.prompts import build_messages
 
 __all__ = ["FeedbackEnv", "SingleTurnEnv", "TaskEnv"]
@@ -39,7 +39,7 @@ class TaskEnv(Environment):
 class SingleTurnEnv(TaskEnv):
     """One turn: the model answers, the task's verifier scores it, done.
 
-    The reward is the verifier's score (:func:`rlvr.reward_pool.checked_score`: a non-finite score is an
+    The reward is the verifier's score (:func:`rlvr.rewards.pool.checked_score`: a non-finite score is an
     error of this step, the episode then scores 0). ``info["correct"]`` is the verdict.
     """
 

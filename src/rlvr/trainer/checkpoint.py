@@ -42,10 +42,12 @@ from rlvr.trainer.checkpoint_state import (
     data_fingerprint,
     describe_write_error,
     free_space_note,
+    load_reward_state,
     load_round_state,
     require_complete,
     restore_counters,
     restore_rng_state,
+    reward_state,
     save_round_state,
     swap_into_place,
     trainer_counters,
@@ -139,6 +141,7 @@ def save_checkpoint(trainer: Any, path: str | Path, *, hf_folder: bool = False) 
                 "data": data_fingerprint(trainer.cfg.task),
             }
             state.update(save_round_state(trainer, tmp))
+            state.update(reward_state(trainer))
             (tmp / STATE_FILE).write_text(json.dumps(state))
             stage = CHECKSUM_FILE
             write_checksums(tmp)  # verified before a resume picks this checkpoint (run_dir.checkpoint_problems)
@@ -230,6 +233,8 @@ def load_checkpoint(trainer: Any, path: str | Path) -> dict[str, Any]:
     trainer.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     restore_counters(trainer, state)  # the engine's weights then predate the loaded ones: pushed before generating
     trainer.loader.load_state_dict(state["loader"])
+    load_reward_state(trainer, state)
     load_round_state(trainer, path, state)
     restore_rng_state(state["rng"])
     return state
+

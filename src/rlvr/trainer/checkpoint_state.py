@@ -28,7 +28,7 @@ __all__ = [
     "STATE_FILE", "CHECKPOINT_VERSION", "capture_rng_state", "restore_rng_state", "pending_round_state",
     "file_digest", "data_fingerprint", "require_complete", "save_round_state", "load_round_state",
     "trainer_counters", "restore_counters", "CheckpointWriteError", "WRITE_ERRORS", "describe_write_error",
-    "free_space_note", "swap_into_place",
+    "free_space_note", "swap_into_place", "reward_state", "load_reward_state",
 ]
 
 STATE_FILE = "trainer_state.json"
@@ -269,3 +269,16 @@ def load_round_state(trainer: Any, path: Path, state: dict[str, Any]) -> None:
         rs.resume_round = None
         if hasattr(trainer.schedule, "load_state_dict"):
             trainer.schedule.load_state_dict(sched)
+
+
+def reward_state(trainer: Any) -> dict[str, Any]:
+    """``{"rewards": ...}``: the scorer's state (a ``rewards:`` list's running normalisation,
+    :meth:`rlvr.rewards.combine.CombinedScorer.state_dict`), or ``{}`` for a scorer without one."""
+    sd = getattr(trainer.scorer, "state_dict", None)
+    return {"rewards": sd()} if sd is not None else {}
+
+
+def load_reward_state(trainer: Any, state: dict[str, Any]) -> None:
+    """Give the scorer its :func:`reward_state` back (a checkpoint without one leaves it as built)."""
+    if "rewards" in state and hasattr(trainer.scorer, "load_state_dict"):
+        trainer.scorer.load_state_dict(state["rewards"])

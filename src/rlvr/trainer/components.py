@@ -16,6 +16,7 @@ from rlvr.errors import ConfigError
 from rlvr.loggers import check_report_to
 from rlvr.parts import ADV_ESTIMATORS, BATCH_FILTERS, CONFIG_CHECKS, MASKS, SAMPLERS, SamplerContext
 from rlvr.schedules import SCHEDULES
+from rlvr.rewards.combine import check_rewards
 from rlvr.trainer.rollout import check_filter_metric
 
 __all__ = ["ADV_ESTIMATORS", "BATCH_FILTERS", "MASKS", "SAMPLERS", "SCHEDULES", "SamplerContext",
@@ -81,7 +82,8 @@ def validate_run(cfg: Any, task: Any = None) -> None:
     """Every check of a training run that needs no model, meant to run once per run, before any model
     loads: the parts exist and fit together (:func:`validate_components`), the listed trackers can log
     (:func:`rlvr.loggers.check_report_to`) and, given the ``task``, ``dynamic_sampling.metric`` names a
-    component the scored batches carry (:func:`rlvr.trainer.rollout.check_filter_metric`).
+    component the scored batches carry (:func:`rlvr.trainer.rollout.check_filter_metric`) and the
+    ``rewards:`` list fits the task (:func:`rlvr.rewards.combine.check_rewards`).
 
     ``rlvr train`` runs it in two halves (``task=None`` as soon as the config is read, then the task's
     check once the task is built) and tells the :class:`~rlvr.trainer.trainer.Trainer` so
@@ -100,3 +102,4 @@ def validate_run(cfg: Any, task: Any = None) -> None:
     check_report_to(cfg.logging.sinks)  # a missing tracker package fails before any work
     if task is not None:
         check_filter_metric(cfg, task)
+        check_rewards(cfg, task)

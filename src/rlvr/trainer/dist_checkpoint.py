@@ -42,10 +42,12 @@ from rlvr.trainer.checkpoint_state import (
     data_fingerprint,
     describe_write_error,
     free_space_note,
+    load_reward_state,
     load_round_state,
     require_complete,
     restore_counters,
     restore_rng_state,
+    reward_state,
     save_round_state,
     swap_into_place,
     trainer_counters,
@@ -201,7 +203,7 @@ def _write_state_files(trainer: Any, tmp: Path) -> str | None:
     try:
         rank_dir = tmp / f"rank-{rank}"
         rank_dir.mkdir(parents=True, exist_ok=True)
-        rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir)}
+        rank_state = {"rng": capture_rng_state(), **save_round_state(trainer, rank_dir), **reward_state(trainer)}
         (rank_dir / RANK_STATE).write_text(json.dumps(rank_state))
         if rank == 0:
             stage = "scheduler.pt"
@@ -277,6 +279,7 @@ def load_distributed(trainer: Any, path: str | Path, state: dict[str, Any] | Non
     if not same:  # per-rank rollouts do not map onto other ranks: drop them (module docstring)
         rank_state = {**rank_state, "pending": None, "num_carry": 0}
     load_round_state(trainer, rank_dir, rank_state)
+    load_reward_state(trainer, rank_state)  # each rank's running reward statistics are its own
     restore_rng_state(rank_state["rng"])
     state["resharded_from"] = None if same else old_world
     return state

@@ -234,6 +234,8 @@ class BatchPreparation:
             metrics["advantages/mean"] = float(batch.advantages.mean())
             metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
         metrics.update(timings)
+        if hasattr(self.scorer, "round_metrics"):  # rewards: list: judge/reward-model counters since the last round
+            metrics.update(self.scorer.round_metrics())
         metrics["reward/verifier_errors"] = float(cstats.score.errors)
         metrics["reward/verifier_timeouts"] = float(getattr(self.scorer, "timeouts_total", 0) - timeouts_before)
         metrics["prompts/truncated_total"] = float(self.encoder.truncated)

@@ -33,8 +33,8 @@ FILTER_METRICS: tuple[str, ...] = ("acc", "score", "reward")
 
 def check_filter_metric(cfg: Any, task: Any) -> None:
     """Refuse, before any model loads, a ``dynamic_sampling.metric`` that :func:`filter_metric` would
-    not find: the built-in names, the task's reward component (``task.name``) and ``overlong`` (when
-    ``overlong_buffer_len`` is set) are the components a scored batch carries.
+    not find: the built-in names, the task's reward component (``task.name``, or the ``rewards:`` entries'
+    names) and ``overlong`` (when ``overlong_buffer_len`` is set) are the components a scored batch carries.
 
     Raises:
         ConfigError: an unknown name with dynamic sampling on (it used to surface as a ``KeyError``
@@ -45,7 +45,11 @@ def check_filter_metric(cfg: Any, task: Any) -> None:
     name = cfg.dynamic_sampling.metric
     if not cfg.dynamic_sampling.enable or name in FILTER_METRICS:
         return
-    components = [getattr(task, "name", "task")] + (["overlong"] if cfg.overlong_buffer_len else [])
+    from rlvr.rewards.combine import component_names
+
+    task_name = getattr(task, "name", "task")
+    named = component_names(cfg.rewards, task_name) if getattr(cfg, "rewards", None) else [task_name]
+    components = named + (["overlong"] if cfg.overlong_buffer_len else [])
     if name not in components:
         raise ConfigError(
             f"dynamic_sampling.metric={name!r} is neither one of {', '.join(FILTER_METRICS)} nor a reward "

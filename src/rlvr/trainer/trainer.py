@@ -29,7 +29,7 @@ from rlvr.errors import ConfigError, IdleRunError, RewardFailureError, RunStoppe
 from rlvr.loggers import build_trackers
 from rlvr.lora import apply_lora, base_causal_lm, is_peft_model, lora_engine
 from rlvr.precision import PrecisionPolicy
-from rlvr.rewards import Scorer
+from rlvr.rewards.combine import build_scorer
 from rlvr.samplers.group import PromptEncoder
 from rlvr.trainer.checkpoint import save_checkpoint
 from rlvr.trainer.checkpoint_state import capture_rng_state, pending_round_state, restore_rng_state
@@ -246,10 +246,9 @@ class Trainer(BatchPreparation, OptimizerSteps):
         cfg, task, tokenizer, engine, model = self.cfg, self.task, self.tokenizer, self.engine, self.model
         system_prompt = cfg.task.system_prompt or task.system_prompt
         self.encoder = PromptEncoder(tokenizer, system_prompt, cfg.max_prompt_length)
-        self.scorer = Scorer(
-            task, tokenizer, fatal=cfg.reward_errors_fatal, timeout_s=cfg.reward_timeout_s,
-            num_workers=cfg.reward_num_workers,
-        )
+        # the task's verifier, or the weighted rewards: list (reward models, judges) around it
+        self.scorer = build_scorer(cfg, task, tokenizer, device=next(model.parameters()).device,
+                                   system_prompt=system_prompt)
         ctx = SamplerContext(cfg, engine, self.encoder, self.scorer, tokenizer, self.pad_token_id)
         self.sampler = sampler or SAMPLERS[cfg.sampler](ctx)
         self.schedule: Schedule = schedule or SCHEDULES[cfg.schedule](cfg)

@@ -5,7 +5,7 @@ hours (a known complaint: TRL PR 4567, open-r1 PR 546): that completion scores 0
 the run continues — unless ``fatal`` is set.
 
 A reward function that *hangs* is cut off by running the verifiers in worker processes, with one
-deadline per batch in which a hung call costs only itself: :mod:`rlvr.reward_pool`. Without a timeout
+deadline per batch in which a hung call costs only itself: :mod:`rlvr.rewards.pool`. Without a timeout
 and with one worker, scoring stays in-process.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.reward_pool import VerifierPool, checked_score
+from rlvr.rewards.pool import VerifierPool, checked_score
 from rlvr.types import RolloutBatch
 
 

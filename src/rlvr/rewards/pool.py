@@ -216,7 +216,7 @@ class VerifierPool:
             # is then forked with torch and rlvr already loaded: ~10 ms instead of seconds
             # (also the task's module and the main module's package, which each child would otherwise
             # import again: a spare started for a hung call is then ready in ~50 ms, not ~1 s)
-            self._ctx.set_forkserver_preload(["rlvr.reward_pool", "rlvr.tasks.base", type(task).__module__, *_main_package()])
+            self._ctx.set_forkserver_preload(["rlvr.rewards.pool", "rlvr.tasks.base", type(task).__module__, *_main_package()])
         self._workers: list[dict[str, Any] | None] = [None] * num_workers
         self.restarts = 0
         self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
