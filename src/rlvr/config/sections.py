@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlvr.config_mixture import CurriculumConfig
+from rlvr.config.mixture import CurriculumConfig
 from rlvr.registry import register_section
 
 

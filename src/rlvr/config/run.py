@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
-# The sections live in rlvr.config_sections; rlvr.config re-exports the ones users name.
-from rlvr.config_sections import (
+# The sections live in rlvr.config.sections; rlvr.config re-exports the ones users name.
+from rlvr.config.sections import (
     DistributedConfig,
     DynamicSamplingConfig,
     StreamingConfig,
@@ -32,9 +32,9 @@ from rlvr.config_sections import (
     VLLMConfig,
     StrictModel,
 )
-from rlvr.config_aliases import apply_aliases, set_path
+from rlvr.config.aliases import apply_aliases, set_path
 from rlvr.errors import ConfigError
-from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
+from rlvr.util.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
 from rlvr.registry import CONFIG_SECTIONS
 
@@ -45,7 +45,7 @@ import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
 import rlvr.variants.ib_tpo.config  # noqa: F401 (ib_tpo)
 import rlvr.variants.fbos_rl.config  # noqa: F401 (fbos)
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
+RECIPES_DIR = Path(__file__).parents[1] / "recipes"
 
 
 class RLConfig(StrictModel):
@@ -513,7 +513,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
     Raises:
         ConfigError: the file does not exist, is a folder or anything else that is not a regular file
-            (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.file_kinds.CONFIG_MAX_BYTES`, is not
+            (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.util.file_kinds.CONFIG_MAX_BYTES`, is not
             valid YAML (or not UTF-8), repeats a key, or is not a mapping.
     """
     p = _config_path(path)
