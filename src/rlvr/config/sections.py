@@ -322,7 +322,7 @@ class LoggingConfig(StrictModel):
 
 
 class DistributedConfig(StrictModel):
-    """Many processes (``torchrun``): README "Many processes and machines", ``rlvr.distributed``.
+    """Many processes (``torchrun``): ``docs/usage.md`` "Many processes and machines", ``rlvr.distributed``.
 
     ``fsdp``: shard the policy (and the reference model) with FSDP2 — ``null``/``auto`` (default) shards
     when the world size is > 1; ``false`` replicates the model and all-reduces gradients (DDP's

@@ -77,7 +77,7 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
        ``<source>:<spec>`` is a :class:`ModelLoadError` naming the registered sources.
     6. ``"tiny"`` / ``"tiny:<seed>"``: :func:`build_tiny_model` (random weights, ~0.1 M parameters,
        built in-process): smoke tests of a command line (``tests/test_readme.py`` runs the README's
-       commands with it), never a result.
+       and ``docs/usage.md``'s commands with it), never a result.
     7. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 

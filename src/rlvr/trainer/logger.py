@@ -32,7 +32,7 @@ def drop_rows_after(path: Path, step: int) -> None:
     Raises:
         OSError: the file cannot be read or replaced.
 
-    Source: interpretation: the resume semantics of ``rlvr train --resume`` (README "Development",
+    Source: interpretation: the resume semantics of ``rlvr train --resume`` (``docs/usage.md``,
     "Checkpoints and resume"); not from a paper.
     """
     if not path.exists():
