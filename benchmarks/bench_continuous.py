@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvr.config import ModelConfig
     from rlvr.engines.hf import HFEngine
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.types import GenerationRequest, SamplingParams
 
     if args.model == "tiny":

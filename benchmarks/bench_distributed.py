@@ -80,7 +80,7 @@ def worker(args: argparse.Namespace) -> None:
     from rlvr.distributed import DataParallel, init_distributed, shutdown
     from rlvr.distributed.setup import local_config, use_fsdp
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.trainer.trainer import Trainer
 
@@ -132,7 +132,7 @@ def gen_ab_worker(args: argparse.Namespace) -> None:
     from rlvr.distributed import DataParallel, init_distributed, shutdown
     from rlvr.distributed.setup import local_config, use_fsdp
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.trainer.trainer import Trainer
 

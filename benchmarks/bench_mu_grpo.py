@@ -81,7 +81,7 @@ class ParityTask:
 
 def load_model(args: argparse.Namespace, cfg: Any):
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     if args.model == "tiny":
         return build_tiny_model(0)

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     from rlvr.config import ModelConfig
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     model = build_tiny_model(0)[0] if a.model == "tiny" else load_policy(ModelConfig(name_or_path=a.model))[0]
     params = [q for q in model.float().parameters() if q.requires_grad]

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlvr.config import ModelConfig
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.trainer.forward import completion_logprobs
 
     model = build_tiny_model(0)[0] if a.model == "tiny" else load_policy(ModelConfig(name_or_path=a.model))[0]

@@ -23,7 +23,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     from test_rewards import ScriptedTask, make_batch  # tests/test_rewards.py: picklable scripted verifier
 
-    from rlvr.tiny_model import build_tiny_tokenizer
+    from rlvr.models.tiny import build_tiny_tokenizer
     from rlvr.rewards import Scorer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

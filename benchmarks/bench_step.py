@@ -82,7 +82,7 @@ def model_sizes(model: Any) -> dict[str, int]:
 def build(args: argparse.Namespace, out_dir: Path):
     from rlvr.config import build_config
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.tasks import build_task
 
     overrides = [
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("override", nargs="*", help="extra rlvr config overrides key=value")
     args = p.parse_args(argv)
 
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.precision import resolve_precision
 
     from machine import print_machine  # benchmarks/machine.py

@@ -1,7 +1,7 @@
 """Wall clock per update: synchronous rounds vs round overlap (``max_async_level=1``) vs streaming rollouts
 (``streaming.enable``), at equal updates, with the staleness each arm trained on (``docs/streaming.md``).
 
-Every arm trains the tiny in-process model (``rlvr.tiny_model``, fp32) on the toy task for ``--updates``
+Every arm trains the tiny in-process model (``rlvr.models.tiny``, fp32) on the toy task for ``--updates``
 optimizer updates from the same seed. Round overlap needs a server engine, so the ``vllm-*`` arms run on the
 tests' fake vLLM server (``tests/fake_vllm_server.py``: an HTTP server in this process that decodes with an
 ``HFEngine`` on its own copy of the weights and reloads them from the safetensors file rlvr writes): it is
@@ -50,7 +50,7 @@ def run_arm(name: str, extra: list[str], args: argparse.Namespace, root: Path) -
     from fake_vllm_server import FakeVLLM
 
     from rlvr.testing import ToyTask, small_config
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.trainer.trainer import Trainer
 
     policy, tok = build_tiny_model(0)

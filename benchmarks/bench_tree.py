@@ -50,7 +50,7 @@ from rlvr.types import SamplingParams  # noqa: E402
 
 def load(model_name: str, cfg):
     if model_name == "tiny":
-        from rlvr.tiny_model import build_tiny_model
+        from rlvr.models.tiny import build_tiny_model
 
         return build_tiny_model(0)
     from rlvr.models import load_policy

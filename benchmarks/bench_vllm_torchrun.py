@@ -78,7 +78,7 @@ def worker(args: argparse.Namespace) -> None:
     from rlvr.config import build_config
     from rlvr.engines.factory import build_engine
     from rlvr.engines.weight_sync import named_full_tensors
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.types import GenerationRequest, SamplingParams
 
     dist.init_process_group("gloo")
@@ -167,7 +167,7 @@ def main() -> int:
     from machine import print_machine
     from rlvr.engines.factory import write_served_policy
     from rlvr.engines.vllm_server import VLLMServer
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     machine = print_machine()
     arms = args.arms.split(",")

@@ -1,4 +1,4 @@
-"""The dtype account of one policy update (``rlvr.dtype_account``): which matmul FLOPs run in bf16 and which in
+"""The dtype account of one policy update (``rlvr.precision.dtype_account``): which matmul FLOPs run in bf16 and which in
 fp32, the casts (and how often each weight is converted per micro-batch), the passes over full-vocabulary
 tensors, and the bytes other ops move per dtype.
 
@@ -36,7 +36,7 @@ def build_trainer(model_name: str, dtype: str, chunk: int, overrides: list[str],
     """A :class:`rlvr.trainer.trainer.Trainer` for one step at this script's setting."""
     from rlvr.config import build_config
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.tasks import build_task
     from rlvr.testing import ToyTask, small_config
     from rlvr.trainer.trainer import Trainer
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/dtype_account_<model>.json)")
     p.add_argument("override", nargs="*")
     args = p.parse_args(argv)
-    from rlvr.dtype_account import DtypeAccount, account_updates, format_account
+    from rlvr.precision.dtype_account import DtypeAccount, account_updates, format_account
 
     torch.manual_seed(0)
     tr = build_trainer(args.model, args.dtype, args.chunk, args.override, args.run_dir)

@@ -65,7 +65,7 @@ def main() -> None:
         "seed=0",
     ]
     if a.model == "tiny":
-        from rlvr.tiny_model import build_tiny_model
+        from rlvr.models.tiny import build_tiny_model
 
         model, tok = build_tiny_model(0)
     else:

@@ -109,7 +109,7 @@ def _fixed_batch(seed: int = 0):
 def _loss_and_grads(device: str, dtype: str) -> tuple[float, torch.Tensor, dict[str, torch.Tensor]]:
     """The loss, the completion log-probs ``[n, T]`` and every parameter's gradient of one update."""
     from rlvr.core.objective import LossSettings
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.precision import resolve_precision, set_model_precision
     from rlvr.trainer.forward import batch_logprobs
     from rlvr.trainer.update import policy_update
@@ -190,7 +190,7 @@ def train(args) -> dict[str, Any]:
     """``args.steps`` GRPO steps through ``Trainer.train`` with FSDP2 at world size 1; per-step numbers."""
     from rlvr.config import build_config
     from rlvr.distributed import DataParallel
-    from rlvr.tiny_model import build_tiny_tokenizer
+    from rlvr.models.tiny import build_tiny_tokenizer
     from rlvr.testing import ToyTask
     from rlvr.trainer.trainer import Trainer
 

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config(recipe, [f"model.name_or_path={name}", "model.dtype=fp32",
                                 f"max_completion_length={args.max_new}"])
     if args.model == "tiny":  # the tests' random llama (peakier with a larger init) on the toy task: seconds
-        from rlvr.tiny_model import build_tiny_model
+        from rlvr.models.tiny import build_tiny_model
         from rlvr.testing import ToyTask
 
         task = ToyTask()

@@ -127,7 +127,7 @@ def padding_report(batch, rows_per_micro=8) -> dict[str, Any]:
 
 def part_train(args) -> dict[str, Any]:
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.config import ModelConfig
     from rlvr.trainer.forward import completion_logprobs, micro_batches
 
@@ -176,7 +176,7 @@ def part_micro(args) -> dict[str, Any]:
     from rlvr.config import ModelConfig
     from rlvr.engines.hf import HFEngine
     from rlvr.models import load_policy
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.trainer.forward import completion_logprobs, micro_batches
 
     res: dict[str, Any] = {}

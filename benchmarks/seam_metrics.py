@@ -27,12 +27,11 @@ from pathlib import Path
 
 # lower number = lower layer; a module may import its own layer or lower ones
 LAYERS = {
-    "errors": 0, "types": 0, "registry": 0, "staging": 0, "text": 0, "file_kinds": 0, "precision": 0, "progress": 0,
-    "precision_cache": 0, "precision_record": 0, "precision_probe": 0, "dtype_account": 0,
-    "loggers": 0, "core": 1, "config": 1, "config_sections": 1, "config_aliases": 1, "config_mixture": 1, "config_rewards": 1, "plugins": 1, "sandbox": 1, "user_modules": 0,
-    "models": 2, "tiny_model": 2, "model_split": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2, "lora": 2, "envs": 2,
+    "errors": 0, "types": 0, "registry": 0, "util": 0, "precision": 0, "user_modules": 0, "loggers": 0, "__init__": 0,
+    "core": 1, "config": 1, "plugins": 1, "sandbox": 1,
+    "models": 2, "tasks": 2, "engines": 2, "rewards": 2, "rollout_io": 2, "lora": 2, "envs": 2,
     "samplers": 3, "distributed": 3, "parts": 4, "schedules": 4, "variants": 5, "trainer": 6,
-    "eval": 7, "compare": 7, "testbed": 7, "testing": 7, "cli": 8, "__main__": 8, "__init__": 0,
+    "eval": 7, "compare": 7, "testbed": 7, "testing": 7, "cli": 8, "__main__": 8,
 }
 
 

@@ -129,7 +129,7 @@ def main() -> None:
     torch.manual_seed(0)
     base = common_overrides(args)
     if args.tiny:
-        from rlvr.tiny_model import build_tiny_model
+        from rlvr.models.tiny import build_tiny_model
 
         model, tok = build_tiny_model(0)
     else:

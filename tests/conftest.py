@@ -20,7 +20,7 @@ os.environ["RLVR_CPU_BF16"] = "0"
 @pytest.fixture(scope="session")
 def tiny():
     """``(model_factory, tokenizer)``: ``model_factory(seed)`` returns a fresh tiny llama."""
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     _, tok = build_tiny_model(0)
 

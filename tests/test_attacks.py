@@ -156,10 +156,12 @@ def test_bare_source_name_without_its_package_says_how_to_register_it(monkeypatc
     # README's Python example with model.name_or_path=testbed failed with only "cannot load 'testbed'
     # as a Hugging Face hub id": the CLI imports rlvr.testbed, a script must do it itself
     import rlvr.models
+    import rlvr.models.loading
     from rlvr.errors import ModelLoadError
+    from rlvr.registry import Registry
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(rlvr.models, "MODEL_SOURCES", rlvr.models.Registry("model.name_or_path", "x"))
+    monkeypatch.setattr(rlvr.models.loading, "MODEL_SOURCES", Registry("model.name_or_path", "x"))
     with pytest.raises(ModelLoadError, match="nor is 'testbed' a registered model source .*import rlvr.testbed"):
         rlvr.models.load_policy(build_config(overrides=["model.name_or_path=testbed"]).model)
 

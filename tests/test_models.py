@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr import models
+from rlvr.models import loading as models  # the loader module: its internals are what the tests replace
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError
 from rlvr.models import load_policy
-from rlvr.tiny_model import build_tiny_model, build_tiny_tokenizer
-from rlvr.model_split import lm_head_params, model_forward_hidden
+from rlvr.models.tiny import build_tiny_model, build_tiny_tokenizer
+from rlvr.models.split import lm_head_params, model_forward_hidden
 
 
 @pytest.fixture(autouse=True, scope="module")

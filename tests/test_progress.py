@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from rlvr.progress import progress_bar
+from rlvr.util.progress import progress_bar
 
 
 def test_a_log_file_gets_whole_periodic_lines_not_one_status_per_update():
@@ -21,12 +21,12 @@ def test_a_log_file_gets_whole_periodic_lines_not_one_status_per_update():
 
 
 def test_the_rollouts_of_a_generation_round_are_counted(tmp_path, tiny, monkeypatch):
-    import rlvr.progress
+    import rlvr.util.progress
     from rlvr.testing import ToyTask, small_config
     from rlvr.trainer.trainer import Trainer
 
     counts = []
-    real = rlvr.progress.progress_bar
+    real = rlvr.util.progress.progress_bar
 
     def spy(*a, **k):
         bar = real(*a, **{**k, "stream": io.StringIO()})
@@ -34,7 +34,7 @@ def test_the_rollouts_of_a_generation_round_are_counted(tmp_path, tiny, monkeypa
             counts.append(bar)
         return bar
 
-    monkeypatch.setattr(rlvr.progress, "progress_bar", spy)
+    monkeypatch.setattr(rlvr.util.progress, "progress_bar", spy)
     factory, tok = tiny
     cfg = small_config(tmp_path, "reward_timeout_s=0", "logging.tensorboard=false", "logging.progress=true")
     tr = Trainer(cfg, factory(0), tok, ToyTask())
@@ -44,17 +44,17 @@ def test_the_rollouts_of_a_generation_round_are_counted(tmp_path, tiny, monkeypa
 
 
 def test_testbed_pretraining_shows_progress(monkeypatch):
-    import rlvr.progress
+    import rlvr.util.progress
     from rlvr.testbed.model import parse_spec, pretrain
 
     bars = []
-    real = rlvr.progress.progress_bar
+    real = rlvr.util.progress.progress_bar
 
     def spy(*a, **k):
         bars.append(real(*a, **{**k, "stream": io.StringIO()}))
         return bars[-1]
 
-    monkeypatch.setattr(rlvr.progress, "progress_bar", spy)
+    monkeypatch.setattr(rlvr.util.progress, "progress_bar", spy)
     _, spec = parse_spec("testbed")
     import dataclasses
 

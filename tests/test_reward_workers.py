@@ -126,7 +126,7 @@ def test_reward_raising_keyboard_interrupt_is_one_warning_not_a_traceback_per_ca
 
 @pytest.fixture(scope="module")
 def tok():
-    from rlvr.tiny_model import build_tiny_tokenizer
+    from rlvr.models.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

@@ -35,7 +35,7 @@ def make_batch(tok, uids: list[str], text: str = "12") -> RolloutBatch:
 
 @pytest.fixture(scope="module")
 def tok():
-    from rlvr.tiny_model import build_tiny_tokenizer
+    from rlvr.models.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlvr.text import plural
+from rlvr.util.text import plural
 from rlvr.trainer.lifecycle import RunSummary
 
 

@@ -436,7 +436,7 @@ def export_merged(folder: str | Path, out: str | Path, model_cfg: Any) -> Path:
     model, tok = load_adapter_policy(folder, model_cfg, merge=True)
     import shutil
 
-    from rlvr.staging import make_staging_dir, remove_stale
+    from rlvr.util.staging import make_staging_dir, remove_stale
 
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out.parent, lambda i: i["name"] == out.name and i["kind"] == "tmp")  # killed exports' leftovers

@@ -1,6 +1,6 @@
 """Test utilities: a cheap synthetic task and a tiny-run config, for rlvr's tests and for users'.
 
-Everything here is offline and fast; pair it with :func:`rlvr.tiny_model.build_tiny_model`. Module-level
+Everything here is offline and fast; pair it with :func:`rlvr.models.tiny.build_tiny_model`. Module-level
 classes only, so worker processes (reward timeouts) can unpickle them.
 """
 

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Callable, Iterable
 
 from rlvr.errors import ConfigError
-from rlvr.file_kinds import not_regular_file
+from rlvr.util.file_kinds import not_regular_file
 
 __all__ = ["import_user_module", "is_file_name"]
 

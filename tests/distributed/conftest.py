@@ -40,7 +40,7 @@ def result_line(proc: subprocess.CompletedProcess) -> dict:
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory) -> Path:
     """The tiny in-process llama saved as a Hugging Face folder (for ``model.name_or_path``)."""
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     folder = tmp_path_factory.mktemp("tiny_model")
     model, tok = build_tiny_model(0)

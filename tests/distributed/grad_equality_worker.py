@@ -16,7 +16,7 @@ from rlvr.core.objective import LossSettings
 from rlvr.distributed import DataParallel, init_distributed
 from rlvr.distributed.fsdp import shard_policy
 from rlvr.models import enable_gradient_checkpointing
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.trainer.update import policy_update
 from rlvr.types import RolloutBatch
 

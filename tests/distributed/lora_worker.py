@@ -21,14 +21,14 @@ from pathlib import Path
 
 import torch
 
-from rlvr.config_sections import LoraConfig
+from rlvr.config.sections import LoraConfig
 from rlvr.core.aggregation import LOSS_AGG_MODES
 from rlvr.core.objective import LossSettings
 from rlvr.distributed import DataParallel, init_distributed
 from rlvr.distributed.fsdp import shard_policy
 from rlvr.lora import apply_lora, merged_state_dict, reference_policy
 from rlvr.models import enable_gradient_checkpointing
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.trainer.update import policy_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

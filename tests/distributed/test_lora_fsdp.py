@@ -68,7 +68,7 @@ def test_two_rank_lora_checkpoint_loads_into_one_process(lora_job, tmp_path):
     from torch.distributed.checkpoint import FileSystemReader
 
     from rlvr.lora import load_adapter_weights
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.testing import ToyTask, small_config
     from rlvr.trainer.checkpoint import load_checkpoint
     from rlvr.trainer.trainer import Trainer

@@ -9,7 +9,7 @@ import torch
 from rlvr.engines.continuous import merge_caches
 from rlvr.engines.hf import HFEngine
 from rlvr.engines.kv_cache import new_cache
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.types import GenerationRequest, SamplingParams
 
 EOS = 2

@@ -9,7 +9,7 @@ from rlvr.engines import continuous as loop_mod  # the decode loop (and its left
 from rlvr.engines.base import Engine
 from rlvr.engines.hf import HFEngine
 from rlvr.engines.sampling import sample_from_logits
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.types import Generation, GenerationRequest, SamplingParams
 
 EOS = 2

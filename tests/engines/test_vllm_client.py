@@ -14,7 +14,7 @@ from rlvr.engines.hf import HFEngine
 from rlvr.engines.vllm_engine import VLLMClient, VLLMEngine, request_seed
 from rlvr.engines.vllm_server import VLLMServerError
 from rlvr.engines.weight_sync import FilesystemWeightSync, ServerWeightSync, export_state_dict, sync_policy
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.types import GenerationRequest, SamplingParams
 
 EOS = 2

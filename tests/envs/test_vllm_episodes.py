@@ -9,7 +9,7 @@ from conftest import EOS, CountingEnv
 from fake_vllm_server import FakeVLLM
 
 from rlvr.engines.vllm_engine import VLLMClient, VLLMEngine
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.tasks.base import Problem
 from rlvr.types import SamplingParams
 

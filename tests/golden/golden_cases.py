@@ -105,7 +105,7 @@ def run_config(config: dict[str, Any], task_kind: str, out_dir: Path) -> list[di
     import torch
 
     from rlvr.config import build_config
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
     from rlvr.trainer.trainer import Trainer
 
     cfg = build_config(base=json.loads(json.dumps(config)), overrides=[f"logging.output_dir={out_dir}"])

@@ -31,7 +31,7 @@ def _lora_cfg(**kw):
 
 def _peft_tiny(seed=0, **kw):
     """A tiny llama with LoRA adapters whose B is random (init false): adapters change the output."""
-    from rlvr.tiny_model import build_tiny_model
+    from rlvr.models.tiny import build_tiny_model
 
     m, tok = build_tiny_model(seed)
     torch.manual_seed(seed + 1)

@@ -1,4 +1,4 @@
-"""The dtype account (rlvr.dtype_account): FLOPs from hand-computed shapes, casts of weights per micro-batch,
+"""The dtype account (rlvr.precision.dtype_account): FLOPs from hand-computed shapes, casts of weights per micro-batch,
 full-vocabulary passes, and the bf16 update it was built to check (issue 28)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlvr.dtype_account import DtypeAccount, account_updates, format_account, matmul_flops
+from rlvr.precision.dtype_account import DtypeAccount, account_updates, format_account, matmul_flops
 from rlvr.testing import small_config
 from rlvr.trainer.trainer import Trainer
 

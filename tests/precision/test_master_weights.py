@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.dtype_account import DtypeAccount, account_updates
+from rlvr.precision.dtype_account import DtypeAccount, account_updates
 from rlvr.errors import ConfigError
 from rlvr.precision import resolve_precision
 from rlvr.testing import small_config

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import rlvr.precision as precision
-import rlvr.precision_probe as prec
+import rlvr.precision.policy as precision  # the policy module: the tests replace its globals
+import rlvr.precision.probe as prec
 from rlvr.config import build_config
 from rlvr.errors import ConfigError
 from rlvr.precision import canonical_precision, probe_cpu_bf16, resolve_precision
@@ -55,7 +55,7 @@ def test_auto_on_a_native_bf16_cpu_under_torchrun_is_bf16(monkeypatch):
 
 def test_auto_on_cpu_asks_the_probe(monkeypatch):
     """The decision follows the probe's verdict (mocked: no override, no timing)."""
-    from rlvr.precision_probe import CpuBf16Probe
+    from rlvr.precision.probe import CpuBf16Probe
 
     monkeypatch.delenv("RLVR_CPU_BF16", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -10,9 +10,9 @@ import random
 import pytest
 import torch
 
-import rlvr.precision as precision
-import rlvr.precision_probe as prec
-from rlvr import precision_cache
+import rlvr.precision.policy as precision  # the policy module: the tests replace its globals
+import rlvr.precision.probe as prec
+from rlvr.precision import cache as precision_cache
 from rlvr.precision import bf16_verdict, probe_cpu_bf16, resolve_precision
 
 BF16_FLAGS = "avx2 fma avx512f avx512_bf16"

@@ -25,7 +25,7 @@ LAUNCHER = r"""
 import json, os, sys, time, traceback
 from pathlib import Path
 import torch  # imported before the barrier: only the probe itself runs under the load
-import rlvr.precision_probe as prec
+import rlvr.precision.probe as prec
 assert prec._probe_hardware.cache_info().currsize == 0  # nothing decided before the fork
 go, out, dirs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 kids = []

@@ -102,7 +102,7 @@ def test_config_at_recorded_precision_and_damaged_records(tmp_path, monkeypatch,
     from rlvr.config import build_config
     from rlvr.errors import DataError
     from rlvr.precision import resolve_precision
-    from rlvr.precision_record import config_at_recorded_precision, write_precision_record
+    from rlvr.precision.record import config_at_recorded_precision, write_precision_record
 
     monkeypatch.setenv("RLVR_CPU_BF16", "0")
     write_precision_record(tmp_path, resolve_precision("bf16-pure", log=False))

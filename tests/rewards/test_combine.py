@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from rlvr.config_rewards import RewardConfig
+from rlvr.config.rewards import RewardConfig
 from rlvr.errors import ConfigError
 from rlvr.rewards.combine import CombinedScorer, build_scorer, check_rewards, component_names
 from rlvr.rewards.normalize import RunningMoments, group_zscore
@@ -39,7 +39,7 @@ class Fixed:
 
 @pytest.fixture(scope="module")
 def tok():
-    from rlvr.tiny_model import build_tiny_tokenizer
+    from rlvr.models.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

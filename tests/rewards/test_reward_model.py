@@ -9,7 +9,7 @@ from rlvr.config import build_config
 from rlvr.errors import ConfigError
 from rlvr.rewards.reward_model import RewardModelReward, resolve_device
 from rlvr.tasks.base import Problem
-from rlvr.tiny_model import build_tiny_reward_model
+from rlvr.models.tiny import build_tiny_reward_model
 
 PROBLEMS = [Problem("a", "1 + 1 =", "2"), Problem("b", "What is 20 + 3?", "23"), Problem("c", "7 * 6", "42")]
 TEXTS = ["2", "The answer is <answer>23</answer>, computed step by step.", "42 42 42 42"]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rlvr import cli
-from rlvr.config_sections import TaskConfig
+from rlvr.config.sections import TaskConfig
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.pool import VerifierPool
 from rlvr.tasks import build_task

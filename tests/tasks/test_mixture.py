@@ -110,7 +110,7 @@ def test_the_stream_is_seeded_follows_the_weights_and_covers_each_source_per_epo
 
 
 def test_a_state_saved_mid_run_resumes_the_same_prompts_and_curriculum():
-    from rlvr.config_mixture import CurriculumConfig
+    from rlvr.config.mixture import CurriculumConfig
 
     cur = CurriculumConfig.model_validate({"solved": {"window": 2, "threshold": 0.5, "factor": 0.5},
                                            "weights_by_step": [{"step": 0, "weights": {"a": 1, "b": 1}},
@@ -139,7 +139,7 @@ def test_a_state_saved_mid_run_resumes_the_same_prompts_and_curriculum():
 
 
 def test_the_solved_rule_cuts_a_source_but_never_the_last_one_standing():
-    from rlvr.config_mixture import SolvedRule
+    from rlvr.config.mixture import SolvedRule
     from types import SimpleNamespace
 
     lo = _loader(curriculum=SimpleNamespace(solved=SolvedRule(window=1, threshold=0.9, factor=0.0),
@@ -150,7 +150,7 @@ def test_the_solved_rule_cuts_a_source_but_never_the_last_one_standing():
 
 
 def test_weights_by_step_must_name_the_mixtures_sources():
-    from rlvr.config_mixture import CurriculumConfig
+    from rlvr.config.mixture import CurriculumConfig
 
     cur = CurriculumConfig.model_validate({"weights_by_step": [{"step": 0, "weights": {"a": 1, "c": 1}}]})
     with pytest.raises(ConfigError, match=r"weights_by_step\[0\]\.weights names \['a', 'c'\]"):
@@ -171,7 +171,7 @@ def test_eval_summary_reports_each_source():
 
 
 def test_training_checks_run_before_the_model_names_the_source_and_the_knot():
-    from rlvr.config_mixture import CurriculumConfig
+    from rlvr.config.mixture import CurriculumConfig
     from rlvr.errors import DataError
 
     empty = ToyTask(n=0)

@@ -10,7 +10,7 @@ import torch
 from fake_vllm_server import FakeVLLM, checksum
 
 from rlvr.engines.vllm_engine import request_seed
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.testing import small_config
 from rlvr.trainer.checkpoint import load_checkpoint
 from rlvr.trainer.forward import batch_logprobs

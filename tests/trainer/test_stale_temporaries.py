@@ -1,6 +1,6 @@
 """Leftovers of a save killed with ``kill -9`` (``.checkpoint-N.tmp-*``, ``.final.tmp-*``, a checkpoint
 moved aside while being replaced): a start or resume removes them, or puts back the only whole copy,
-and touches nothing else; staging folders of a live process are left alone (:mod:`rlvr.staging`)."""
+and touches nothing else; staging folders of a live process are left alone (:mod:`rlvr.util.staging`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.staging import _host, aside_name, parse
+from rlvr.util.staging import _host, aside_name, parse
 from rlvr.testing import ToyTask, small_config
 from rlvr.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from rlvr.trainer.run_dir import checkpoint_problems, clean_stale_temporaries, rotate_checkpoints
@@ -135,7 +135,7 @@ def test_cleanup_leaves_a_live_processes_moved_aside_checkpoint(tmp_path, live_p
 
 
 def test_default_model_conversion_removes_only_stale_staging_folders(tmp_path, monkeypatch, live_pid):
-    import rlvr.models as models
+    import rlvr.models.loading as models  # the loader module, whose globals load_policy reads
 
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF")

@@ -14,7 +14,7 @@ from rlvr.engines.hf import HFEngine
 from rlvr.engines.vllm_engine import request_seed
 from rlvr.errors import ConfigError
 from rlvr.testing import ToyTask, small_config
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.trainer.checkpoint import load_checkpoint
 from rlvr.trainer.components import SAMPLERS, SamplerContext
 from rlvr.trainer.forward import batch_logprobs

@@ -18,7 +18,7 @@ from rlvr.config import build_config
 from rlvr.engines.factory import build_engine
 from rlvr.engines.vllm_engine import VLLMEngine
 from rlvr.engines.weight_sync import sync_policy
-from rlvr.tiny_model import build_tiny_model
+from rlvr.models.tiny import build_tiny_model
 from rlvr.types import GenerationRequest, SamplingParams
 
 PY = os.environ.get("RLVR_VLLM_PYTHON")

@@ -3,7 +3,7 @@
 Prints one ``name: value`` line per finding — the bwrap probe and its reason, the user-namespace
 sysctls, whether the caller is root and which uid programs run as under each backend, the
 interpreter used inside, the ``local`` backend's uid pool, the ``http`` service URL — then torch's
-threads and the bf16 verdict (:func:`rlvr.precision_probe.probe_cpu_bf16`; cached per machine).
+threads and the bf16 verdict (:func:`rlvr.precision.probe.probe_cpu_bf16`; cached per machine).
 With ``--config`` it also says which backend that config's code task and ``python`` tool would use.
 
 Exit status: 0 when an isolating backend (``bwrap``, or ``http`` with a URL) is available for what
@@ -75,7 +75,7 @@ def _torch_lines(out: Callable[[str, str], None]) -> None:
     try:
         import torch
 
-        from rlvr.precision_probe import probe_cpu_bf16
+        from rlvr.precision.probe import probe_cpu_bf16
     except Exception as exc:  # noqa: BLE001 - doctor reports, never crashes
         out("torch", f"cannot import ({type(exc).__name__}: {exc})")
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlvr.cli.common import EXIT_RUNTIME, _load_config
 from rlvr.errors import ConfigError
-from rlvr.text import plural
+from rlvr.util.text import plural
 
 
 def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
@@ -33,12 +33,12 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
 
 def _run_precisions(cfg, specs) -> dict[str, str]:
     """``model.dtype`` per model to evaluate: for a checkpoint under ``model.dtype=auto`` the precision its run
-    recorded (:func:`rlvr.precision_record.follow_recorded_precision`), else the config's.
+    recorded (:func:`rlvr.precision.record.follow_recorded_precision`), else the config's.
 
     Raises:
         DataError: a checkpoint's ``precision.json`` is damaged (names the file).
     """
-    from rlvr.precision_record import follow_recorded_precision
+    from rlvr.precision.record import follow_recorded_precision
 
     return {s.label: cfg.model.dtype if s.path is None else
             follow_recorded_precision(cfg.model.dtype, s.path, context=f"eval {s.label}") for s in specs}

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from rlvr.cli.common import EXIT_RUNTIME, REWARD_FAILURE_LIMIT, _load_config, _yaml
 from rlvr.errors import ConfigError
-from rlvr.text import plural
+from rlvr.util.text import plural
 
 
 def _resume_target(cfg, mode: str):
@@ -180,7 +180,7 @@ def _checked_start(cfg, args: argparse.Namespace, launched: bool, owner: bool, l
     world = int(os.environ["WORLD_SIZE"]) if launched else 1
     local_cfg = local_config(cfg, world)  # batch geometry per rank: a ConfigError before anything starts
     if ckpt is not None:  # model.dtype=auto continues at the precision the run recorded (a bad record: exit 2 now)
-        from rlvr.precision_record import config_at_recorded_precision
+        from rlvr.precision.record import config_at_recorded_precision
 
         local_cfg = config_at_recorded_precision(local_cfg, ckpt, context=f"--resume from {ckpt}",
                                                  log=int(os.environ.get("RANK", "0")) == 0)

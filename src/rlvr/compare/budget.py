@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
 from rlvr.errors import ConfigError, RunStopped
-from rlvr.text import plural
+from rlvr.util.text import plural
 
 BudgetKind = Literal["steps", "rollouts", "tokens"]
 

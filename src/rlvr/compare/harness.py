@@ -37,8 +37,8 @@ from rlvr.compare.pieces import PIECE_FILE, Deadline, PieceState, TimeLimitReach
 from rlvr.compare.report import BASELINE, read_curve, write_report
 from rlvr.compare.spec import Arm, CompareSpec
 from rlvr.errors import ConfigError, IdleRunError
-from rlvr.staging import write_text_atomic
-from rlvr.text import plural
+from rlvr.util.staging import write_text_atomic
+from rlvr.util.text import plural
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
@@ -139,7 +139,7 @@ def _open_run(spec: CompareSpec, arm: Arm, seed: int, run_dir: Path) -> tuple[An
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     run_cfg = cfg
     if piece is not None:  # a later piece continues at the precision the first one resolved
-        from rlvr.precision_record import config_at_recorded_precision
+        from rlvr.precision.record import config_at_recorded_precision
 
         cfg = config_at_recorded_precision(cfg, piece.checkpoint, context=f"compare {arm.name} seed {seed}")
     return cfg, run_cfg, piece

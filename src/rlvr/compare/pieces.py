@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlvr.staging import write_text_atomic
+from rlvr.util.staging import write_text_atomic
 
 PIECE_FILE = "piece.json"
 

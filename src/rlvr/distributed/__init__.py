@@ -3,7 +3,7 @@ and metrics, FSDP2 sharding, weight sync to the generation engine, DCP checkpoin
 
 Layering: this package sits beside the trainer (it imports ``core``, ``models`` and ``types``, never
 ``trainer`` or ``cli``); the trainer calls it through :class:`~rlvr.distributed.parallel.DataParallel`.
-Launch: ``torchrun --nproc_per_node N -m rlvr train ...`` (README "Many processes and machines").
+Launch: ``torchrun --nproc_per_node N -m rlvr train ...`` (``docs/usage.md``, "Many processes and machines").
 """
 
 from rlvr.distributed.data import RankPromptLoader

@@ -150,7 +150,7 @@ def unsharded(root: torch.nn.Module, *, training: bool) -> Iterator[None]:
 
 
 def _dummy_loss(policy: torch.nn.Module, pad_token_id: int) -> torch.Tensor:
-    from rlvr.model_split import lm_head_params, model_forward_hidden
+    from rlvr.models.split import lm_head_params, model_forward_hidden
 
     weight, bias = lm_head_params(policy)
     ids = torch.full((1, 2), int(pad_token_id), dtype=torch.long, device=weight.device)

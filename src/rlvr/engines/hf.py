@@ -181,7 +181,7 @@ class HFEngine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
         if self._head_fp32:
-            from rlvr.model_split import decoder_of
+            from rlvr.models.split import decoder_of
 
             self._decoder = decoder_of(self._decode_model)
             self._decoder_cache_kw = ("cache" if "cache" in inspect.signature(self._decoder.forward).parameters
@@ -315,7 +315,7 @@ class HFEngine:
         was_training = model.training
         model.eval()
         if self._head_fp32:  # the master head weight (a no-op .float() for fp32 masters), once per call
-            from rlvr.model_split import lm_head_params
+            from rlvr.models.split import lm_head_params
 
             w, b = lm_head_params(self.model)
             self._head = (w.detach().float(), b.detach().float() if b is not None else None)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any, Sequence
 
 from rlvr.errors import ModelPathError
-from rlvr.staging import write_text_atomic
+from rlvr.util.staging import write_text_atomic
 
 BASE = "base"
 """``--checkpoint base``: the configuration's own model (``model.name_or_path``), e.g. step 0 of a curve."""

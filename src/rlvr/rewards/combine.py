@@ -101,7 +101,7 @@ class CombinedScorer:
 
     Args:
         verifier: the task's :class:`Scorer` (called for the rows the ``verifier`` entry covers, if any).
-        entries: the ``rewards:`` entries (:class:`rlvr.config_rewards.RewardConfig`).
+        entries: the ``rewards:`` entries (:class:`rlvr.config.rewards.RewardConfig`).
         learned: entry index → its component (``score(problems, texts) -> [n]``, ``pop_metrics()``,
             ``close()``) for the ``reward_model`` and ``judge`` entries.
         names: each entry's component name (:func:`component_names`).

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from rlvr.config_rewards import DEFAULT_RUBRIC, DEFAULT_SCORE_REGEX
+from rlvr.config.rewards import DEFAULT_RUBRIC, DEFAULT_SCORE_REGEX
 from rlvr.rewards.judge_clients import JudgeReply, build_client
 from rlvr.tasks.base import Problem
 

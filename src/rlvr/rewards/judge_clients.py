@@ -254,7 +254,7 @@ def api_key_from_env(var: str | None, where: str = "rewards: judge") -> str | No
 
 
 def build_client(entry: Any, *, trainer_device: Any = None) -> OpenAIJudgeClient | HFJudgeClient:
-    """The client of a ``type: judge`` entry (:class:`rlvr.config_rewards.RewardConfig`).
+    """The client of a ``type: judge`` entry (:class:`rlvr.config.rewards.RewardConfig`).
 
     Raises:
         ConfigError: ``api_key_env`` names an unset variable. ModelLoadError: the hf model cannot load.
@@ -269,7 +269,7 @@ def build_client(entry: Any, *, trainer_device: Any = None) -> OpenAIJudgeClient
     dtype = resolve_dtype(entry.dtype, device)
     path = entry.name_or_path
     if path == "tiny" or path.startswith("tiny:"):
-        from rlvr.tiny_model import build_tiny_model
+        from rlvr.models.tiny import build_tiny_model
 
         model, tok = build_tiny_model(int(path.partition(":")[2] or 0))
     else:

@@ -77,7 +77,7 @@ class RewardModelReward:
     @classmethod
     def from_config(cls, entry: Any, *, trainer_device: Any = None, system_prompt: str | None = None,
                     name: str | None = None) -> "RewardModelReward":
-        """Load ``entry.name_or_path`` (``tiny``: :func:`rlvr.tiny_model.build_tiny_reward_model`) on the
+        """Load ``entry.name_or_path`` (``tiny``: :func:`rlvr.models.tiny.build_tiny_reward_model`) on the
         entry's device and dtype.
 
         Raises:
@@ -87,7 +87,7 @@ class RewardModelReward:
         dtype = resolve_dtype(entry.dtype, device)
         path = entry.name_or_path
         if path == "tiny" or path.startswith("tiny:"):
-            from rlvr.tiny_model import build_tiny_reward_model
+            from rlvr.models.tiny import build_tiny_reward_model
 
             model, tok = build_tiny_reward_model(int(path.partition(":")[2] or 0))
         else:

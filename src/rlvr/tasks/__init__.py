@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlvr.config import TaskConfig
 from rlvr.errors import ConfigError
-from rlvr.file_kinds import not_regular_file
+from rlvr.util.file_kinds import not_regular_file
 from rlvr.tasks.answers import extract_answer, extract_answer_with_source, gold_from_gsm8k
 from rlvr.tasks.base import Problem, Task, Verdict
 from rlvr.tasks.code import CodeTask, code_task_from_config

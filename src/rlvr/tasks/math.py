@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rlvr.errors import ConfigError, DataError
-from rlvr.file_kinds import not_regular_file
+from rlvr.util.file_kinds import not_regular_file
 from rlvr.tasks.answers import _from_boxed, extract_answer_with_source, gold_from_gsm8k
 from rlvr.tasks.base import Problem, Split, Verdict, check_split
 from rlvr.tasks.feedback import FORMAT_HINT, make_feedback
 from rlvr.tasks.prompts import DEFAULT_SYSTEM_PROMPT
-from rlvr.text import plural
+from rlvr.util.text import plural
 
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?$")
 _THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")

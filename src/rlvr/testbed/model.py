@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from rlvr.staging import publish_folder, remove_stale
+from rlvr.util.staging import publish_folder, remove_stale
 from rlvr.testbed.mixture import V2_CHARS, v2_example
 from rlvr.testbed.task import ALPHABET, OPS, make_example
 
@@ -360,7 +360,7 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
              max_seconds: float | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """Pre-train a testbed model from scratch (deterministic for ``spec``: same spec, same weights).
 
-    ``progress`` shows a bar on stderr (steps, loss, ETA; lines in a log file, :mod:`rlvr.progress`).
+    ``progress`` shows a bar on stderr (steps, loss, ETA; lines in a log file, :mod:`rlvr.util.progress`).
 
     Resumable: with ``checkpoint_dir``, the model, optimizer, data-stream RNG state and losses are
     saved there every ``save_every`` steps, and a later call resumes from the last checkpoint. The
@@ -394,7 +394,7 @@ def pretrain(spec: TestbedSpec, *, log_every: int = 0, progress: bool = True,
             start, rng_state, losses, before = got
             rng.setstate(rng_state)
     t0 = time.perf_counter()
-    from rlvr.progress import progress_bar
+    from rlvr.util.progress import progress_bar
 
     bar = progress_bar(total=spec.steps, initial=start, desc="testbed pre-training (first use, then cached)",
                        unit="step", delay=2.0, disable=not progress)

@@ -1,7 +1,7 @@
 """Checkpoints: written atomically, read without unpickling untrusted data.
 
 Layout of ``checkpoint-N/``: the policy as a Hugging Face folder (``model.safetensors``, config,
-tokenizer), ``precision.json`` (the precision the run resolved, :mod:`rlvr.precision_record`; ``final/`` has it
+tokenizer), ``precision.json`` (the precision the run resolved, :mod:`rlvr.precision.record`; ``final/`` has it
 too), ``optimizer.pt`` and ``scheduler.pt`` (tensors and plain containers only, read with
 ``torch.load(weights_only=True)``), ``trainer_state.json`` (step, generation round, loader position,
 RNG states, schedule state, config, content hashes of the task's data files), and, when the run was
@@ -31,8 +31,8 @@ import torch
 
 from rlvr.errors import ConfigError
 from rlvr.lora import is_adapter_folder, is_peft_model, load_adapter_weights, write_base_model_spec
-from rlvr.precision_record import RECORD_FILE, write_precision_record
-from rlvr.staging import make_staging_dir
+from rlvr.precision.record import RECORD_FILE, write_precision_record
+from rlvr.util.staging import make_staging_dir
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,
     STATE_FILE,

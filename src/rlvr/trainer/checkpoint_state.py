@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.staging import aside_name
+from rlvr.util.staging import aside_name
 
 __all__ = [
     "STATE_FILE", "CHECKPOINT_VERSION", "capture_rng_state", "restore_rng_state", "pending_round_state",
@@ -79,7 +79,7 @@ def free_space_note(folder: Path) -> str:
 
 def swap_into_place(tmp: Path, path: Path) -> None:
     """Rename the finished folder ``tmp`` to ``path``, replacing an older one there: it is moved aside
-    first (``.<name>.old-*``, :func:`rlvr.staging.aside_name`), and moved back if the rename fails, so
+    first (``.<name>.old-*``, :func:`rlvr.util.staging.aside_name`), and moved back if the rename fails, so
     ``path`` holds the old or the new folder, never nothing. A kill between the two renames leaves the old
     one aside, which :func:`rlvr.trainer.run_dir.clean_stale_temporaries` puts back on the next start.
 

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from rlvr.lora import is_peft_model, write_base_model_spec
-from rlvr.precision_record import write_precision_record
-from rlvr.staging import make_staging_dir
+from rlvr.precision.record import write_precision_record
+from rlvr.util.staging import make_staging_dir
 from rlvr.trainer.checksums import CHECKSUM_FILE, write_checksums
 from rlvr.trainer.checkpoint_state import (
     CHECKPOINT_VERSION,

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from rlvr.core.logprobs import selective_log_softmax_and_entropy
-from rlvr.model_split import decoder_of, lm_head_params, model_forward_hidden
+from rlvr.models.split import decoder_of, lm_head_params, model_forward_hidden
 from rlvr.precision import autocast_for, model_precision
 from rlvr.types import RolloutBatch
 

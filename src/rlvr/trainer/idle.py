@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.core.advantages import zero_std_group_fraction
-from rlvr.text import plural
+from rlvr.util.text import plural
 from rlvr.types import RolloutBatch
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlvr.text import plural
+from rlvr.util.text import plural
 from rlvr.trainer.checkpoint_state import capture_rng_state, restore_rng_state
 
 SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
@@ -230,9 +230,9 @@ class RewardFailureWatch:
 def rollout_progress(trainer: Any) -> Iterator[None]:
     """A bar counting the rollouts of one generation round (issue 12, item 10: a paper-scale round of
     524,288 rollouts otherwise shows a step bar stuck at 0/1). It appears only when the round lasts a
-    few seconds (on a log file: :data:`rlvr.progress.LOG_INTERVAL_S`); counts come from the engine's
+    few seconds (on a log file: :data:`rlvr.util.progress.LOG_INTERVAL_S`); counts come from the engine's
     ``on_generated`` hook (engines without it show nothing)."""
-    from rlvr.progress import LOG_INTERVAL_S, is_interactive, progress_bar
+    from rlvr.util.progress import LOG_INTERVAL_S, is_interactive, progress_bar
 
     cfg, engine = trainer.cfg, trainer.engine
     if not cfg.logging.progress or not hasattr(engine, "on_generated"):

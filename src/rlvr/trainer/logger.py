@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.progress import progress_bar
+from rlvr.util.progress import progress_bar
 
 
 def _clean(v: Any) -> Any:
@@ -32,7 +32,7 @@ def drop_rows_after(path: Path, step: int) -> None:
     Raises:
         OSError: the file cannot be read or replaced.
 
-    Source: interpretation: the resume semantics of ``rlvr train --resume`` (README "Development",
+    Source: interpretation: the resume semantics of ``rlvr train --resume`` (``docs/usage.md``,
     "Checkpoints and resume"); not from a paper.
     """
     if not path.exists():
@@ -56,7 +56,7 @@ def drop_rows_after(path: Path, step: int) -> None:
 class RunLogger:
     """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
     completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA (periodic lines
-    instead when stderr is not a terminal, see :mod:`rlvr.progress`).
+    instead when stderr is not a terminal, see :mod:`rlvr.util.progress`).
 
     Every line is flushed as it is written, so a killed run keeps all completed steps.
 
@@ -89,7 +89,7 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=start_step + 1 if start_step else None)
-        # a terminal gets a live bar; a log file a line every LOG_INTERVAL_S seconds (rlvr.progress)
+        # a terminal gets a live bar; a log file a line every LOG_INTERVAL_S seconds (rlvr.util.progress)
         self._bar = progress_bar(total=total_steps, initial=start_step, disable=not progress, unit="step", desc="train")
         self._t0 = time.time()
         self.trackers = list(trackers)

@@ -66,7 +66,7 @@ class MixtureLoader:
         problems: per source, its training problems (each non-empty).
         weights: the entries' ``weight`` (used when ``curriculum.weights_by_step`` is unset).
         seed: the run seed (source ``i`` shuffles with a seed derived from it and ``i``).
-        curriculum: ``task.curriculum`` (:class:`rlvr.config_mixture.CurriculumConfig`) or ``None``.
+        curriculum: ``task.curriculum`` (:class:`rlvr.config.mixture.CurriculumConfig`) or ``None``.
 
     Raises:
         ValueError: a source has no training problems (named).

@@ -14,7 +14,7 @@ import torch
 
 from rlvr.core.advantages import group_stats, overlong_penalty
 from rlvr.rewards import ScoreStats
-from rlvr.text import plural
+from rlvr.util.text import plural
 from rlvr.types import RolloutBatch
 
 

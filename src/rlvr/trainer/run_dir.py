@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.errors import OutputDirError
-from rlvr.staging import aside_name, may_remove, parse, remove_stale
-from rlvr.text import plural
+from rlvr.util.staging import aside_name, may_remove, parse, remove_stale
+from rlvr.util.text import plural
 
 STATE_FILE = "trainer_state.json"  # same name as rlvr.trainer.checkpoint.STATE_FILE
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "config.yaml", "tb", "final")
@@ -299,7 +299,7 @@ _RUN_FOLDER = re.compile(r"^(checkpoint-\d+|final)$")
 
 def clean_stale_temporaries(output_dir: str | Path, log: Callable[[str], None] | None = None
                             ) -> tuple[list[Path], list[Path]]:
-    """Tidy the staging folders a killed save left in ``output_dir`` (see :mod:`rlvr.staging`).
+    """Tidy the staging folders a killed save left in ``output_dir`` (see :mod:`rlvr.util.staging`).
 
     1. A kill between moving ``checkpoint-N`` (or ``final``) aside and renaming its replacement in leaves
        the name missing and its previous contents in ``.checkpoint-N.old-*``: that folder is renamed back

@@ -37,7 +37,7 @@ class RunState:
         pipeline: the overlap ``RolloutPipeline`` (``max_async_level > 0``) whose ``state()`` a checkpoint
             saves; None without overlap. Not itself serialised.
 
-    Source: interpretation: the resume contract of ``rlvr train --resume`` (README "Checkpoints and resume");
+    Source: interpretation: the resume contract of ``rlvr train --resume`` (``docs/usage.md``, "Checkpoints and resume");
     a resumed run must draw and train the same rows as an uninterrupted one.
     """
 

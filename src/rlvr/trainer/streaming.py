@@ -128,7 +128,7 @@ class StreamingPipeline:
         trainer: the :class:`~rlvr.trainer.trainer.Trainer`. The producer uses its ``_draw`` (loader, sampler,
             ``rollout_round``: seeds and group ids), ``scorer`` and engine sync points; the trainer thread
             uses the rest (``prepare`` helpers, counters).
-        cfg: the run's ``streaming`` section (:class:`rlvr.config_sections.StreamingConfig`).
+        cfg: the run's ``streaming`` section (:class:`rlvr.config.sections.StreamingConfig`).
 
     Attributes:
         gate: the :class:`WeightGate`.

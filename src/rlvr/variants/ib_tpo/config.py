@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlvr.config_sections import StrictModel
+from rlvr.config.sections import StrictModel
 from rlvr.registry import register_section
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.errors import DataError
-from rlvr.precision import PRECISION_MODES, PrecisionPolicy, canonical_precision, resolve_precision
+from rlvr.precision.policy import PRECISION_MODES, PrecisionPolicy, canonical_precision, resolve_precision
 
 __all__ = ["RECORD_FILE", "write_precision_record", "read_precision_record", "follow_recorded_precision",
            "config_at_recorded_precision"]

@@ -12,7 +12,7 @@ resolved to fp32, the exact precision, where bf16 brings no clear speed-up). One
 median make other processes' load cancel out of the ratio; the margin keeps a machine near 1.0 from flipping.
 Without readable flags (macOS, Windows) the timing alone decides.
 
-The verdict is cached (:mod:`rlvr.precision_cache`: ``~/.cache/rlvr/precision/``, or under ``$RLVR_CACHE_DIR``,
+The verdict is cached (:mod:`rlvr.precision.cache`: ``~/.cache/rlvr/precision/``, or under ``$RLVR_CACHE_DIR``,
 keyed by CPU model, flags and torch version), so every later process on the machine reads it instead of
 timing, and it is memoised per process. ``torch.backends.cpu.get_cpu_capability()`` is reported alongside but
 cannot decide: torch 2.13 names only the vector ISA (``AVX2``, ``AVX512``), not bf16 support. The environment
@@ -199,7 +199,7 @@ def bf16_verdict(ratio: float) -> tuple[bool, str]:
 @functools.lru_cache(maxsize=None)
 def _probe_hardware(flags_env: str | None = None, cache_dir: str | None = None) -> CpuBf16Probe:
     """The hardware verdict, memoised per process for each (``RLVR_CPU_FLAGS``, ``RLVR_CACHE_DIR``) value."""
-    from rlvr import precision_cache
+    import rlvr.precision.cache as precision_cache
 
     cap = torch.backends.cpu.get_cpu_capability()
     flags = set(flags_env.split()) if flags_env is not None else _cpu_flags()
@@ -223,7 +223,7 @@ def _probe_hardware(flags_env: str | None = None, cache_dir: str | None = None) 
 
 def _measure_and_store(key: dict[str, Any], seen: str, found: tuple[str, ...], cap: str, method: str) -> CpuBf16Probe:
     """Time the ratio, apply :func:`bf16_verdict`, write the cache; the probe for this process."""
-    from rlvr import precision_cache
+    import rlvr.precision.cache as precision_cache
 
     ratio = _bf16_speed_ratio()
     native, rule = bf16_verdict(ratio)
@@ -259,7 +259,7 @@ def probe_cpu_bf16() -> CpuBf16Probe:
     """Whether this CPU runs bf16 matmuls natively (see the module docstring for the method).
 
     ``RLVR_CPU_BF16=1`` (or ``0``) overrides the hardware probe and its cache; the hardware result is
-    memoised per process and cached per machine (:mod:`rlvr.precision_cache`).
+    memoised per process and cached per machine (:mod:`rlvr.precision.cache`).
 
     Raises:
         rlvr.errors.EnvVarError: ``RLVR_CPU_BF16`` is set to something other than ``0`` or ``1``.
@@ -268,7 +268,7 @@ def probe_cpu_bf16() -> CpuBf16Probe:
     if env is not None:
         return CpuBf16Probe(env == "1", "override", f"{ENV_OVERRIDE}={env} (override of the CPU probe)",
                             capability=torch.backends.cpu.get_cpu_capability())
-    from rlvr.precision_cache import CACHE_ENV
+    from rlvr.precision.cache import CACHE_ENV
 
     return _probe_hardware(os.environ.get(FLAGS_ENV), os.environ.get(CACHE_ENV))
 

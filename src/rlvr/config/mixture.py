@@ -1,7 +1,7 @@
 """The curriculum of a task mixture (``task.curriculum``): source weights as a function of the optimizer
 step and of each source's recent pass rate (``docs/mixtures.md``).
 
-Pure pydantic at the config layer; :mod:`rlvr.config_sections` attaches it to ``TaskConfig`` beside
+Pure pydantic at the config layer; :mod:`rlvr.config.sections` attaches it to ``TaskConfig`` beside
 ``task.mixture`` and the trainer's mixture loader (:mod:`rlvr.trainer.mixture`) reads it.
 """
 

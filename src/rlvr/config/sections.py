@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlvr.config_mixture import CurriculumConfig
+from rlvr.config.mixture import CurriculumConfig
 from rlvr.registry import register_section
 
 
@@ -322,7 +322,7 @@ class LoggingConfig(StrictModel):
 
 
 class DistributedConfig(StrictModel):
-    """Many processes (``torchrun``): README "Many processes and machines", ``rlvr.distributed``.
+    """Many processes (``torchrun``): ``docs/usage.md`` "Many processes and machines", ``rlvr.distributed``.
 
     ``fsdp``: shard the policy (and the reference model) with FSDP2 — ``null``/``auto`` (default) shards
     when the world size is > 1; ``false`` replicates the model and all-reduces gradients (DDP's

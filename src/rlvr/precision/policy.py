@@ -22,13 +22,13 @@ with float32 ones. ``bf16-master`` (:mod:`rlvr.trainer.master_weights`) runs ``b
 (no autocast, no per-micro-batch weight cast) while the optimizer keeps fp32 masters: the fast mode on a CPU with
 native bf16 (issue 28); not under ``torchrun``, where ``bf16`` with FSDP2 does the same.
 
-How ``auto`` decides on a CPU is :mod:`rlvr.precision_probe`'s business (feature flags, then a matmul timing
+How ``auto`` decides on a CPU is :mod:`rlvr.precision.probe`'s business (feature flags, then a matmul timing
 with a margin, cached per machine); its public names (:func:`probe_cpu_bf16`, :class:`CpuBf16Probe`,
 :func:`cpu_description`, :func:`matmul_rates`, ...) are re-exported here.
 
-A run records the precision it resolved (:mod:`rlvr.precision_record`: ``precision.json`` in every
+A run records the precision it resolved (:mod:`rlvr.precision.record`: ``precision.json`` in every
 checkpoint and ``final/``); ``--resume`` and ``rlvr eval --checkpoint`` under ``model.dtype=auto`` follow
-the recording (:func:`rlvr.precision_record.follow_recorded_precision`), so a run keeps one precision on any machine.
+the recording (:func:`rlvr.precision.record.follow_recorded_precision`), so a run keeps one precision on any machine.
 
 Source: the mixed-precision recipe of Micikevicius et al. (2018, "Mixed Precision Training", §3: fp32
 master weights, reduced-precision arithmetic, fp32 accumulation of reductions), as torch's autocast and
@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from rlvr.precision_probe import (  # re-exported: the probe's public names
+from rlvr.precision.probe import (  # re-exported: the probe's public names
     BF16_MIN_SPEEDUP,
     ENV_OVERRIDE,
     FLAGS_ENV,
@@ -78,6 +78,7 @@ __all__ = [
     "precision_label",
     "bf16_verdict",
     "probe_cpu_bf16",
+    "resolve_model_precision",
     "resolve_precision",
     "set_model_precision",
 ]
@@ -374,6 +375,3 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(policy.as_dict()) if "--json" in args else policy.mode)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

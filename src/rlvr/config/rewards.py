@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rlvr.config_sections import StrictModel
+from rlvr.config.sections import StrictModel
 
 COMMON_KEYS = frozenset({"type", "weight", "name", "sources"})
 """Keys every entry reads."""

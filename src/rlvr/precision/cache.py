@@ -28,7 +28,7 @@ import platform
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlvr.staging import write_text_atomic
+from rlvr.util.staging import write_text_atomic
 
 __all__ = ["CACHE_ENV", "cache_root", "probe_key", "verdict_path", "read_verdict", "write_verdict", "probe_lock"]
 

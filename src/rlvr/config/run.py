@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
-# The sections live in rlvr.config_sections; rlvr.config re-exports the ones users name.
-from rlvr.config_sections import (
+# The sections live in rlvr.config.sections; rlvr.config re-exports the ones users name.
+from rlvr.config.sections import (
     DistributedConfig,
     DynamicSamplingConfig,
     StreamingConfig,
@@ -32,10 +32,10 @@ from rlvr.config_sections import (
     VLLMConfig,
     StrictModel,
 )
-from rlvr.config_aliases import apply_aliases, set_path
-from rlvr.config_rewards import RewardConfig, check_reward_list
+from rlvr.config.aliases import apply_aliases, set_path
+from rlvr.config.rewards import RewardConfig, check_reward_list
 from rlvr.errors import ConfigError
-from rlvr.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
+from rlvr.util.file_kinds import CONFIG_MAX_BYTES, not_regular_file, read_capped
 from rlvr.plugins import load_entry_points, load_plugins, plugin_list
 from rlvr.registry import CONFIG_SECTIONS
 
@@ -46,7 +46,7 @@ import rlvr.variants.uec_rl.config  # noqa: F401 (uec)
 import rlvr.variants.ib_tpo.config  # noqa: F401 (ib_tpo)
 import rlvr.variants.fbos_rl.config  # noqa: F401 (fbos)
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
+RECIPES_DIR = Path(__file__).parents[1] / "recipes"
 
 
 class RLConfig(StrictModel):
@@ -142,7 +142,7 @@ class RLConfig(StrictModel):
     reward_errors_fatal: bool = False
     reward_timeout_s: float = Field(30.0, ge=0)  # one deadline per batch of reward calls (hung calls cost only themselves); 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
-    # reward components summed by weight (rlvr.config_rewards, docs/rewards.md); empty: the verifier alone
+    # reward components summed by weight (rlvr.config.rewards, docs/rewards.md); empty: the verifier alone
     rewards: list[RewardConfig] = Field(default_factory=list)
     logprob_chunk_size: int = Field(1024, ge=1)
     share_prompt_forward: bool = True  # a group's prompt runs once per micro-batch (exact; trainer/forward.py)
@@ -517,7 +517,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
     Raises:
         ConfigError: the file does not exist, is a folder or anything else that is not a regular file
-            (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.file_kinds.CONFIG_MAX_BYTES`, is not
+            (a FIFO, ``/dev/zero``), is larger than :data:`~rlvr.util.file_kinds.CONFIG_MAX_BYTES`, is not
             valid YAML (or not UTF-8), repeats a key, or is not a mapping.
     """
     p = _config_path(path)

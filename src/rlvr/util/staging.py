@@ -13,7 +13,7 @@ host carry no such proof; callers decide (an age limit, or an argument why nothi
 The one atomic *file* write (:func:`write_text_atomic`: a per-process temporary name, then ``os.replace``)
 lives here too, for the eval report, ``rlvr compare``'s result and piece files and the precision cache.
 
-Imports only the standard library (layer 0: used by ``models``, ``lora``, ``testbed``, ``precision_cache``,
+Imports only the standard library (layer 0: used by ``models``, ``lora``, ``testbed``, ``precision.cache``,
 ``eval``, ``compare`` and the trainer).
 """
 
