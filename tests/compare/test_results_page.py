@@ -23,7 +23,8 @@ def test_check_notices_an_edited_number(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     (tmp_path / "docs/results/replication").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "docs/results/replication/prereg").symlink_to(ROOT / "docs/results/replication/prereg")
+    for runs in ("prereg", "v4"):  # the per-run results the claims files read
+        (tmp_path / "docs/results/replication" / runs).symlink_to(ROOT / "docs/results/replication" / runs)
     for rel in {e[1] for e in results_page.TABLES.values()}:
         shutil.copy((ROOT / rel).with_suffix(".json"), (tmp_path / rel).with_suffix(".json"))
     for png in (ROOT / "docs/results").glob("replication_prereg*.png"):  # figure lines are written when they exist
