@@ -161,6 +161,29 @@ def test_evaluate_holm_adjusts_the_primary_family_and_checks_preconditions(tmp_p
         evaluate([Claim(paper="P", claim="a", compare=src, arm="a", metric="eval/pass@1")])
 
 
+def test_holm_families_adjust_separately(tmp_path):
+    """Primaries with a ``family`` are adjusted within it: two families of two give each p twice its raw value
+    (or the Holm step-up), never four times, and a v4 claim gets its per-side Holm values within its family."""
+    rows = [{"arm": "grpo", "seed": s, "eval/pass@1": r} for s, r in enumerate(REF8)]
+    for k, a in enumerate("abcd"):
+        rows += [{"arm": a, "seed": s, "eval/pass@1": r + 0.01 * (k + 1) + e}
+                 for s, (r, e) in enumerate(zip(REF8, NOISE8))]
+    src = _runs_file(tmp_path, rows)
+    claims = [Claim(paper="P", claim=a, compare=src, arm=a, metric="eval/pass@1", primary=True, rule_version="v3",
+                    family="x" if a in "ab" else "y") for a in "abcd"]
+    out = evaluate(claims)
+    for fam in ((0, 1), (2, 3)):
+        ps = [out[i]["p"] for i in fam]
+        lo = min(ps)
+        for i in fam:
+            want = min(1, 2 * lo) if out[i]["p"] == lo else max(min(1, 2 * lo), out[i]["p"])
+            assert out[i]["p_holm"] == pytest.approx(want)
+    v4 = [Claim(paper="P", claim=a, compare=src, arm=a, metric="eval/pass@1", primary=True, effect=0.05,
+                family=a) for a in "ab"]
+    for r in evaluate(v4):  # each its own family of one: Holm changes nothing
+        assert r["p_holm_reproduce"] == pytest.approx(r["p_reproduce"])
+
+
 class LeveledToy(ToyTask):
     def problems(self, split):
         return [Problem(p.uid, p.question, p.answer, metadata={"level": 1 + i % 2})

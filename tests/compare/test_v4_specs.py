@@ -75,3 +75,19 @@ def test_best_rate_is_the_highest_tuning_mean_not_a_collapse_rule():
     assert MAKE.best_rate({"1e-4": [0.5, 0.5], "3e-4": [0.6, 0.4]}) == "1e-4"  # a tie goes to the smaller rate
     with pytest.raises(ValueError, match="3e-4 has no finished"):
         MAKE.best_rate({"1e-4": [0.5], "3e-4": []})
+
+
+def test_v4_claims_files_are_the_generated_ones():
+    """The claims files the results page reads are what ``make_v4.py claims`` writes from the committed per-run
+    files: every primary at every rate of the grid in its own Holm family of 3, paired on the seeds both arms have (a cell still running is read on what has finished, and says so)."""
+    for name, text in MAKE.claims(write_files=False).items():
+        assert (HERE / name).read_text() == text, "regenerate: python docs/results/replication/v4/make_v4.py claims"
+    rates = yaml.safe_load((HERE / "v4_rates_claims.yaml").read_text())["claims"]
+    prim = [c for c in rates if c.get("primary")]
+    assert len(prim) == len(MAKE.PRIMARIES) * len(MAKE.GRID)
+    for num, *_ in MAKE.PRIMARIES:
+        assert sum(c["family"] == f"#{num}" for c in prim) == len(MAKE.GRID)
+    for c in rates:
+        if "seeds" in c:
+            arm = set(MAKE.committed_seeds(c["compare"].rsplit("/v4_", 1)[1], c["arm"]))
+            assert set(c["seeds"]) <= arm and len(c["seeds"]) >= 2

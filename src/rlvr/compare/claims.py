@@ -12,6 +12,7 @@ A *claims file* (YAML) lists claims and figures::
         metric: eval/pass@1                     # see METRICS
         direction: higher                       # higher | lower | match | faster | band
         primary: true                           # in the Holm family of the file's primary claims
+        family: fbos_rates                      # optional: primaries with the same family form their own Holm family
         effect: 0.05                            # smallest effect of interest (power; "refuted" below it)
     figures:
       - paper: FBOS-RL
@@ -36,8 +37,10 @@ Rules (issue 29 item 1; the statistics are :mod:`rlvr.compare.stats_rules`):
   signed-rank test primary); the other test, a seeded BCa bootstrap interval of ``mean d`` and the
   collapse / take-off counts of both arms (:class:`~rlvr.compare.stats_rules.Regimes`) are reported
   beside it; ``match`` is TOST within ``± margin`` and ``band`` TOST of the arm's mean inside ``[lo, hi]``;
-* the p-values of the claims marked ``primary: true`` are **Holm-adjusted** as one family; other
-  claims are secondary and judged on their unadjusted p (the table says which);
+* the p-values of the claims marked ``primary: true`` are **Holm-adjusted** as one family (or, with
+  ``family: NAME``, within the primaries of that name: e.g. one claim read at each of 3 shared rates is a
+  family of 3, beside the file's main family); other claims are secondary and judged on their unadjusted p
+  (the table says which);
 * the verdict: **reproduced** when the (adjusted) p < α (0.05); **refuted** when the one-sided
   ``1 − α`` upper bound of ``mean d`` lies below ``effect`` (default 0: the opposite sign is shown)
   — for ``match``, when the two-sided ``1 − α`` t-interval lies outside ``± margin``; for ``band``,
@@ -105,6 +108,7 @@ class Claim:
     lo: float | None = None
     hi: float | None = None
     primary: bool = False
+    family: str = ""
     test: str = "t"
     alpha: float = 0.05
     seeds: list[int] | None = None
@@ -289,7 +293,8 @@ def _start_value(source: str, metric: str) -> float | None:
 
 
 def evaluate(claims: Sequence[Claim]) -> list[dict[str, Any]]:
-    """Analyse every claim, Holm-adjust the primary claims' p-values as one family and decide each.
+    """Analyse every claim, Holm-adjust the primary claims' p-values per ``family`` (default: one family) and
+    decide each.
 
     Returns one dict per claim: the claim's fields, :func:`analyse`'s statistics, ``p_holm`` (primary
     claims) and ``verdict`` / ``rule``.
@@ -309,11 +314,13 @@ def evaluate(claims: Sequence[Claim]) -> list[dict[str, Any]]:
                 st["untestable"] = (f"precondition `{c.requires['metric']}` ≥ {c.requires['min']:g} not met "
                                     f"(arm mean {mean:.3g})")
         rows.append(st)
-    fam = [i for i, (c, st) in enumerate(zip(claims, rows)) if c.primary and "p" in st and "untestable" not in st]
-    v3 = [i for i in fam if claims[i].rule_version == "v3"]
-    for i, p in zip(v3, sr.holm([rows[i]["p"] for i in v3])):
-        rows[i]["p_holm"] = p
-    holm_sides(rows, [i for i in fam if claims[i].rule_version == "v4"])
+    tested = [i for i, (c, st) in enumerate(zip(claims, rows)) if c.primary and "p" in st and "untestable" not in st]
+    for name in dict.fromkeys(claims[i].family for i in tested):
+        fam = [i for i in tested if claims[i].family == name]
+        v3 = [i for i in fam if claims[i].rule_version == "v3"]
+        for i, p in zip(v3, sr.holm([rows[i]["p"] for i in v3])):
+            rows[i]["p_holm"] = p
+        holm_sides(rows, [i for i in fam if claims[i].rule_version == "v4"])
     out = []
     for c, st in zip(claims, rows):
         v, rule = decide(c, st, st.get("p_holm"))

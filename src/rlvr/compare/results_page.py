@@ -46,6 +46,7 @@ TABLES: dict[str, tuple[str, str, str | None]] = {
     "prereg_default_v4rule": (f"{REPLICATION}/prereg_default_claims.yaml",
                               "docs/results/replication_prereg_default_claims_v4rule.md", "v4"),
     "v4": (f"{REPLICATION}/v4_claims.yaml", "docs/results/replication_v4_claims.md", None),
+    "v4_rates": (f"{REPLICATION}/v4_rates_claims.yaml", "docs/results/replication_v4_rates_claims.md", None),
 }
 """``name: (claims file, table it writes, rule override or None)``, paths relative to the repository root."""
 
