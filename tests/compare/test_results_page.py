@@ -35,3 +35,24 @@ def test_check_notices_an_edited_number(tmp_path):
     assert "Holm 0.009" in text
     page.write_text(text.replace("Holm 0.009", "Holm 0.002", 1))
     assert results_page.check(tmp_path) == ["docs/results/replication.md"]
+
+
+def test_tuning_block_reads_the_committed_tuning_runs(tmp_path):
+    """A ``tuning:NAME`` block is the mean tuning pass@1 per arm and rate, the best rate in bold (ties to the
+    smaller rate), and a missing folder is an error that names it."""
+    import json
+
+    import pytest
+
+    folder = tmp_path / results_page.TUNING_ROOT / "t"
+    vals = {("a", "1e-4"): [0.5, 0.7], ("a", "3e-4"): [0.6, 0.6], ("b", "1e-4"): [0.2, 0.4], ("b", "3e-4"): [0.1, 0.1]}
+    for (arm, lr), v in vals.items():
+        for seed, x in enumerate(v):
+            d = folder / f"{arm}_lr{lr}" / f"seed{seed}"
+            d.mkdir(parents=True)
+            (d / "result.json").write_text(json.dumps({"arm": f"{arm}_lr{lr}", "seed": seed, "eval/pass@1": x}))
+    md = results_page.tuning_md(tmp_path, "t")
+    assert "| `a` | **0.600** | 0.600 | 1e-4 |" in md  # a tie: the smaller rate
+    assert "| `b` | **0.300** | 0.100 | 1e-4 |" in md
+    with pytest.raises(FileNotFoundError, match="tuning:nope"):
+        results_page.tuning_md(tmp_path, "nope")

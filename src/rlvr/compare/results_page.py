@@ -13,6 +13,8 @@ A results page embeds tables between markers::
     <!-- end table -->
     <!-- begin primaries -->                            (the v3-vs-v4 summary of every primary)
     <!-- end primaries -->
+    <!-- begin tuning:v4_fbos_rl_tune -->                (each arm's mean tuning pass@1 per rate, and its best)
+    <!-- end tuning -->
 
 and everything between a pair is replaced by the generated rows; text outside the markers is the authors'.
 Figures are not redrawn (slow, and not numbers): a figure line is written when its file exists.
@@ -30,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlvr.compare.claim_values import seed_values
 from rlvr.compare.claims import TABLE_HEAD, ClaimsFile, claim_row, evaluate
 
 REPLICATION = "docs/results/replication"
@@ -53,7 +56,38 @@ TABLES: dict[str, tuple[str, str, str | None]] = {
 PAGES = ("docs/results/replication.md", "docs/results/replication_prereg.md")
 """The pages whose marked blocks are regenerated."""
 
-_BLOCK = re.compile(r"(<!-- begin (table:[\w]+[^>]*|primaries) -->\n)(.*?)(<!-- end (?:table|primaries) -->)", re.S)
+_BLOCK = re.compile(r"(<!-- begin (table:[\w]+[^>]*|tuning:[\w-]+|primaries) -->\n)(.*?)"
+                    r"(<!-- end (?:table|tuning|primaries) -->)", re.S)
+TUNING_ROOT = f"{REPLICATION}/v4"
+"""Where a ``tuning:NAME`` block reads its runs: ``TUNING_ROOT/NAME/<arm>_lr<rate>/seed<k>/result.json``."""
+
+
+def tuning_md(root: Path, name: str) -> str:
+    """The tuning table of the committed folder ``name``: per arm, the mean held-out pass@1 over its tuning
+    seeds at each rate (with the seed count when it differs between rates) and the best rate, the highest
+    mean with ties to the smaller rate (the rule of ``docs/results/replication/v4/make_v4.py``'s ``best_rate``).
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+    """
+    folder = root / TUNING_ROOT / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"results page marker tuning:{name}: no folder {folder}")
+    cells: dict[str, dict[str, list[float]]] = {}
+    for d in sorted(folder.iterdir()):
+        if d.is_dir() and "_lr" in d.name:
+            arm, lr = d.name.rsplit("_lr", 1)
+            cells.setdefault(arm, {})[lr] = list(seed_values(folder, d.name, "eval/pass@1").values())
+    rates = sorted({lr for c in cells.values() for lr in c}, key=float)
+    lines = ["| arm | " + " | ".join(rates) + " | best |", "|---|" + "---:|" * len(rates) + "---|"]
+    for arm, by in cells.items():
+        means = {lr: sum(v) / len(v) for lr, v in by.items() if v}
+        best = max(sorted(means, key=float), key=lambda lr: (means[lr], -float(lr))) if means else "–"
+        ns = {len(by.get(lr, [])) for lr in rates}
+        txt = [("–" if lr not in means else (f"**{means[lr]:.3f}**" if lr == best else f"{means[lr]:.3f}"))
+               + ("" if len(ns) == 1 else f" (n={len(by.get(lr, []))})") for lr in rates]
+        lines.append(f"| `{arm}` | " + " | ".join(txt) + f" | {best} |")
+    return "\n".join(lines) + "\n"
 
 
 def _load(root: Path, claims_file: str, rule: str | None) -> ClaimsFile:
@@ -87,9 +121,11 @@ def _table_md(cf: ClaimsFile, results: list[dict[str, Any]], rule: str | None, r
     return "\n".join(lines) + "\n" + "\n".join(figs)
 
 
-def _block(spec: str, tables: dict[str, tuple[ClaimsFile, list[dict[str, Any]]]]) -> str:
+def _block(spec: str, tables: dict[str, tuple[ClaimsFile, list[dict[str, Any]]]], root: Path) -> str:
     if spec == "primaries":
         return primaries_md(tables)
+    if spec.startswith("tuning:"):
+        return tuning_md(root, spec.removeprefix("tuning:"))
     name, *opts = spec.removeprefix("table:").split()
     kw = dict(o.split("=", 1) for o in opts)
     if name not in tables:
@@ -136,7 +172,7 @@ def render(root: Path, out_root: Path) -> list[str]:
         written += [md, str(Path(md).with_suffix(".json"))]
     for page in PAGES:
         text = (root / page).read_text()
-        new = _BLOCK.sub(lambda m: m.group(1) + _block(m.group(2), tables) + m.group(4), text)
+        new = _BLOCK.sub(lambda m: m.group(1) + _block(m.group(2), tables, root) + m.group(4), text)
         (out_root / page).parent.mkdir(parents=True, exist_ok=True)
         (out_root / page).write_text(new)
         written.append(page)

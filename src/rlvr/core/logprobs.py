@@ -85,6 +85,12 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad, keep_bytes):
+        with torch.profiler.record_function("rlvr::lm_head_fwd"):  # a label for profiles; free without one
+            return _ChunkedLMHeadLogProb._forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size,
+                                                  with_entropy, entropy_grad, keep_bytes)
+
+    @staticmethod
+    def _forward(ctx, hidden, weight, bias, target, inv_temp, chunk_size, with_entropy, entropy_grad, keep_bytes):
         n = hidden.shape[0]
         dt = torch.promote_types(hidden.dtype, torch.float32)
         dev = hidden.device.type
@@ -126,6 +132,11 @@ class _ChunkedLMHeadLogProb(torch.autograd.Function):
     def backward(ctx, g_logp, g_ent):
         """The forward's own operand dtypes (the converted copies under autocast), no autocast of its own:
         every matmul here runs in the forward's compute dtype without converting anything again."""
+        with torch.profiler.record_function("rlvr::lm_head_bwd"):
+            return _ChunkedLMHeadLogProb._backward(ctx, g_logp, g_ent)
+
+    @staticmethod
+    def _backward(ctx, g_logp, g_ent):
         h_c, w_c, bias, target, inv_temp, lse_all, ent = ctx.saved_tensors
         if not ctx.entropy_grad:
             g_ent = None
