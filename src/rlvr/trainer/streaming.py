@@ -13,14 +13,19 @@ in the producer thread:
 3. sample the chunk, stamping every row with ``policy_version = v``; the behaviour log-probs are the
    engine's (``sampler_logp``). With an engine that decodes in this process (``engine: hf``: the trained
    module itself or a copy of it) the gate is held until the chunk's rows are finished: **every row is
-   sampled under one version** — an update waits for the chunk in flight (``streaming/update_wait_s``),
-   there are no partial rollouts and no per-token versions. A vLLM server decodes its own copy: the gate
-   is released after the push, and the server is re-synced between chunks (between requests);
+   sampled under one version** — an update waits for the chunk in flight (``streaming/update_wait_s``).
+   With ``streaming.partial_rollouts`` the engine instead asks a decode gate (:class:`_PartialGate`)
+   before every decode step, which lets the updates waiting for the gate through and re-syncs the engine's
+   copy: the rows in flight continue under the new weights (their KV cache recomputed,
+   :mod:`rlvr.engines.partial`), each token records its version (``token_version``) and a row's
+   ``policy_version`` is its oldest token's. A vLLM server decodes its own copy: the gate is released after
+   the push, and the server is re-synced between chunks (between requests; no partial rollouts);
 4. score and shape the rewards (the run's scorer; overlong penalty) and append the chunk's groups to the
    buffer, each whole (a group enters the buffer only complete).
 
 In the trainer thread (:meth:`StreamingPipeline.next`, in place of one synchronous generation round): drop
-groups older than ``max_staleness`` updates (a safety net; step 1 keeps them from being sampled), take the
+groups older than ``max_staleness`` updates (by their oldest token; a safety net: step 1 keeps them from
+being sampled), take the
 ``P`` oldest groups and run the synchronous path's own second half on them (behaviour / reference
 log-probs, KL in the reward, advantages, batch filters, the round's metrics): advantages are taken per group
 as always. The old log-probs the loss uses are the engine's behaviour log-probs (``old_logp =
@@ -41,7 +46,8 @@ is not bitwise reproducible, resumed or not (``docs/streaming.md``).
 
 Source: interpretation of asynchronous RL with bounded staleness and a rollout buffer — AReaL (Fu et al.
 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning", §4–5:
-``max_head_offpolicyness``, decoupled PPO) and prime-rl's asynchronous trainer; issue 39 item 2.
+``max_head_offpolicyness``, decoupled PPO; §4.1 interruptible generation for partial rollouts) and
+prime-rl's asynchronous trainer; issue 39 item 2.
 """
 
 from __future__ import annotations
