@@ -192,6 +192,23 @@ def test_resume_keeps_the_per_token_versions(tmp_path):
         assert torch.equal(got.token_version, g.token_version) and torch.equal(got.sampler_logp, g.sampler_logp)
 
 
+def test_groups_with_and_without_token_versions_concatenate():
+    """A buffer restored from a checkpoint of a run with the key the other way mixes groups with and without
+    ``token_version``; they concatenate, the latter's tokens at their row's version."""
+    from rlvr.trainer.streaming import _with_token_versions
+    from rlvr.types import RolloutBatch
+
+    a = generations_to_batch([[1]], [Generation([5, 6], [-1.0, -1.0], "length", versions=[2, 3])], group_ids=[0],
+                             prompt_index=[0], problems=[None], pad_token_id=0, temperature=1.0, policy_version=2)
+    b = generations_to_batch([[1]], [Generation([5, 6, 7], [-1.0] * 3, "length")], group_ids=[1], prompt_index=[0],
+                             problems=[None], pad_token_id=0, temperature=1.0, policy_version=4)
+    assert b.token_version is None
+    with pytest.raises(ValueError, match="token_version"):
+        RolloutBatch.concat([a, b], 0)
+    both = RolloutBatch.concat(_with_token_versions([a, b]), 0)
+    assert both.token_version.tolist() == [[2, 3, 0], [4, 4, 4]] and both.policy_version.tolist() == [2, 4]
+
+
 def test_partial_rollouts_refusals(tmp_path):
     with pytest.raises(ConfigError, match="needs streaming.enable"):
         small_config(tmp_path, "streaming.partial_rollouts=true")

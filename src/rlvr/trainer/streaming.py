@@ -257,7 +257,7 @@ class StreamingPipeline:
         waited = now - t
         self.round_index += 1
         tr.generation_round += 1
-        batch = RolloutBatch.concat([g for g, _ in items], tr.pad_token_id)
+        batch = RolloutBatch.concat(_with_token_versions([g for g, _ in items]), tr.pad_token_id)
         timings = {"timing/generate_s": gen_s, "timing/reward_s": reward_s}
         # default: old_logp = the engine's behaviour log-probs; TIS: the trainer's (proximal) ones, corrected
         tr._behaviour_logprobs(batch, timings, overlapped=not tr.cfg.vllm_importance_sampling_correction)
@@ -352,7 +352,8 @@ class StreamingPipeline:
         assert not self._busy, "drain() before saving"
         ready = []
         if self._buf:
-            ready.append((RoundResult(RolloutBatch.concat([g for g, _ in self._buf], self.trainer.pad_token_id)), 0))
+            groups = _with_token_versions([g for g, _ in self._buf])
+            ready.append((RoundResult(RolloutBatch.concat(groups, self.trainer.pad_token_id)), 0))
         return {"ready": ready, "round_index": self.round_index, "started": self._started}
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -471,6 +472,18 @@ def token_staleness_metrics(batch: RolloutBatch, step: int, max_staleness: int) 
     big, small = ver.masked_fill(~mask, -(2**62)).amax(1), ver.masked_fill(~mask, 2**62).amin(1)
     m["streaming/partial/spanned_frac"] = float(((big > small) & mask.any(1)).float().mean()) if len(batch) else 0.0
     return m
+
+
+def _with_token_versions(groups: list[RolloutBatch]) -> list[RolloutBatch]:
+    """``groups``, each given a ``token_version`` (its rows' ``policy_version`` on every completion token)
+    when another has one, so they concatenate: a buffer restored from a run with ``partial_rollouts`` the
+    other way mixes the two kinds."""
+    if all(g.token_version is None for g in groups) or all(g.token_version is not None for g in groups):
+        return groups
+    for g in groups:
+        if g.token_version is None:
+            g.token_version = g.policy_version[:, None] * (g.completion_mask > 0).long()
+    return groups
 
 
 def _groups(batch: RolloutBatch) -> list[RolloutBatch]:
