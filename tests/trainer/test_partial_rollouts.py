@@ -192,6 +192,35 @@ def test_resume_keeps_the_per_token_versions(tmp_path):
         assert torch.equal(got.token_version, g.token_version) and torch.equal(got.sampler_logp, g.sampler_logp)
 
 
+def test_mu_grpo_reads_the_oldest_token_and_per_token_logprobs(tmp_path):
+    """μ-GRPO (staged schedule, veto) with partial rollouts: the rows' ``policy_version`` is their oldest
+    token's, ``staleness/max`` is read from it, and the veto's ``old_logp`` is each token's own behaviour
+    log-prob (``sampler_logp``)."""
+    tr = _trainer(tmp_path, "mu", "schedule=staged", "loss_masks=[veto]", "steps_per_generation=2",
+                  "generation_batch_size=8", "epsilon=1.0", "epsilon_high=4.0", "max_steps=4",
+                  "streaming.max_staleness=2", "streaming.partial_rollouts=true", "streaming.chunk_prompts=1")
+    seen: list[tuple[int, object]] = []
+    orig = tr._update
+
+    def update(ob):
+        seen.append((tr.global_step, ob.batch))
+        return orig(ob)
+
+    tr._update = update
+    metrics = []
+    tr.callbacks.append(lambda t, m: metrics.append(dict(m)))
+    try:
+        tr.train()
+    finally:
+        tr.close()
+    assert len(seen) == 4
+    for (step, b), m in zip(seen, metrics):
+        mask = b.completion_mask.bool()
+        assert torch.equal(b.policy_version, b.token_version.masked_fill(~mask, 2**62).amin(1))
+        assert m["staleness/max"] == float((step - b.policy_version).max())
+        assert torch.equal(b.old_logp, b.sampler_logp) and "mu_grpo/veto_token_frac" in m
+
+
 def test_groups_with_and_without_token_versions_concatenate():
     """A buffer restored from a checkpoint of a run with the key the other way mixes groups with and without
     ``token_version``; they concatenate, the latter's tokens at their row's version."""
