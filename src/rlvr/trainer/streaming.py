@@ -153,9 +153,13 @@ class _PartialGate:
         self._pipeline = pipeline
         self.version = int(version)
         self.changes = 0
+        self._owner = threading.get_ident()  # the producer thread, which holds the WeightGate
 
     def between_steps(self) -> int:
-        """Let waiting updates through; returns the version the next decode step uses."""
+        """Let waiting updates through; returns the version the next decode step uses. A ``generate`` call
+        from another thread meanwhile (a user callback) holds no gate: it is answered without yielding."""
+        if threading.get_ident() != self._owner:
+            return self.version
         v = self._pipeline.gate.yield_to_updates()
         if v != self.version:
             sync = self._pipeline.trainer.weight_sync
