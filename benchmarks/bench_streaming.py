@@ -39,6 +39,7 @@ ARMS = {
     "hf-streaming-k1-c1": ["streaming.enable=true", "streaming.max_staleness=1", "streaming.chunk_prompts=1"],
     "hf-streaming-k2-c1": ["streaming.enable=true", "streaming.max_staleness=2", "streaming.chunk_prompts=1"],
     "hf-streaming-k1": ["streaming.enable=true", "streaming.max_staleness=1"],  # chunk = a whole batch
+    "hf-streaming-k1-partial": ["streaming.enable=true", "streaming.max_staleness=1", "streaming.partial_rollouts=true"],
     "vllm-sync": ["@vllm"],
     "vllm-overlap-1": ["@vllm", "max_async_level=1"],
     "vllm-streaming-k1": ["@vllm", "streaming.enable=true", "streaming.max_staleness=1"],
@@ -67,6 +68,8 @@ def run_arm(name: str, extra: list[str], args: argparse.Namespace, root: Path) -
         ends: list[float] = []
         stale: Counter = Counter()
         idle = {"engine": [], "trainer": []}
+        extra_m: dict[str, list[float]] = {}
+        keep = ("streaming/update_wait_s", "streaming/partial/spanned_frac", "streaming/staleness/token_mean")
         orig_update = tr._update
 
         def update(ob):
@@ -79,6 +82,9 @@ def run_arm(name: str, extra: list[str], args: argparse.Namespace, root: Path) -
             if "streaming/engine_idle_frac" in m and t.global_step > 1:
                 idle["engine"].append(m["streaming/engine_idle_frac"])
                 idle["trainer"].append(m["streaming/trainer_idle_frac"])
+                for k in keep:
+                    if k in m:
+                        extra_m.setdefault(k, []).append(m[k])
 
         tr._update = update
         tr.callbacks.append(after)
@@ -95,6 +101,8 @@ def run_arm(name: str, extra: list[str], args: argparse.Namespace, root: Path) -
     if idle["engine"]:
         rec["engine_idle_frac"] = statistics.mean(idle["engine"])
         rec["trainer_idle_frac"] = statistics.mean(idle["trainer"])
+    for k, v in extra_m.items():  # update waits; partial rollouts: rows spanning a change, token staleness
+        rec[k] = statistics.mean(v)
     return rec
 
 
@@ -138,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         ei = f"{r['engine_idle_frac']:.2f}" if "engine_idle_frac" in r else ""
         ti = f"{r['trainer_idle_frac']:.2f}" if "trainer_idle_frac" in r else ""
         print(f"| {r['arm']} | {r['s_per_update']:.3f} | {rel} | {hist} | {r['staleness_mean']:.2f} | {ei} | {ti} |")
+    print("\n| arm | update wait (s / batch) | rows spanning a weight change | token staleness mean |")
+    print("|---|---:|---:|---:|")
+    for r in recs:
+        if "streaming/update_wait_s" in r:
+            sf, tm = r.get("streaming/partial/spanned_frac"), r.get("streaming/staleness/token_mean")
+            print(f"| {r['arm']} | {r['streaming/update_wait_s']:.3f} | {'' if sf is None else f'{sf:.2f}'} | "
+                  f"{'' if tm is None else f'{tm:.2f}'} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": header, "args": vars(args), "arms": recs}, indent=2) + "\n")
     return 0

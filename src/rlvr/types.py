@@ -126,11 +126,15 @@ class Generation:
             distribution it was actually drawn from (temperature applied, top-p/top-k
             renormalised).
         finish_reason: ``"eos"`` if an end-of-sequence token was sampled, else ``"length"``.
+        versions: ``[L]`` policy version each token was sampled under, when the weights may change while
+            the row decodes (partial rollouts, :mod:`rlvr.engines.partial`); ``None``: one version for
+            the whole row (the caller's).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
+    versions: list[int] | None = None
 
 
 @dataclass
@@ -145,7 +149,9 @@ class RolloutBatch:
         prompt_index: ``[N]`` long, index of the source problem in ``problems``.
         is_truncated: ``[N]`` bool, True when no EOS was produced within the token cap.
         sampling_temperature / logprob_temperature: ``[N]`` float.
-        policy_version: ``[N]`` long, optimizer-update count of the policy that sampled the row.
+        policy_version: ``[N]`` long, optimizer-update count of the policy that sampled the row; with
+            per-token versions, the OLDEST token's (the row's largest staleness: what drops and the
+            ``staleness/*`` metrics read).
 
     Filled later in the pipeline (``None`` until then):
         rewards: ``[N]`` total reward; ``reward_components``: name → ``[N]`` (NaN where a
@@ -167,6 +173,9 @@ class RolloutBatch:
         generated_tokens: decode tokens the sampler spent on this batch (a tree row's path shares
             tokens with others); ``None``: the completion tokens.
         metrics: the sampler's, estimator's and filters' scalars for this batch (logged once per round).
+        token_version: ``[N, T]`` long or ``None``: the policy version each completion token was sampled
+            under (partial rollouts, ``streaming.partial_rollouts``; 0 on padding). ``None``: every token
+            of a row is its ``policy_version``'s.
         loss_mask: ``[N, T]`` float or ``None``: 1 on tokens the policy sampled, 0 on environment and
             template tokens inside a multi-turn completion (:mod:`rlvr.envs`). ``None`` (every
             single-turn sampler) means all ones. ``completion_mask`` then spans the whole post-prompt
@@ -201,6 +210,7 @@ class RolloutBatch:
     generated_tokens: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     loss_mask: torch.Tensor | None = None
+    token_version: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.context_ids)

@@ -22,6 +22,7 @@ from rlvr.config.sections import (
     DistributedConfig,
     DynamicSamplingConfig,
     StreamingConfig,
+    check_streaming,
     EnvConfig,
     EvalConfig,
     LoggingConfig,
@@ -233,8 +234,7 @@ class RLConfig(StrictModel):
                 "engine=vllm with model.lora.r > 0 is not supported: the server is given full weights, not LoRA "
                 "adapters (use engine=hf, or merge the adapter first: rlvr export --merge)"
             )
-        if self.streaming.enable:
-            self._check_streaming()
+        check_streaming(self)  # streaming's refusals (config/sections.py)
         check_reward_list(self.rewards, self.task.mixture is not None)
         if self.max_async_level > 0 and self.engine != "vllm":
             raise ValueError(
@@ -249,29 +249,6 @@ class RLConfig(StrictModel):
                 stacklevel=2,
             )
         return self
-
-    def _check_streaming(self) -> None:
-        """Refuse ``streaming.enable`` with what the streaming path does not do (``docs/streaming.md``).
-
-        Raises:
-            ValueError: with ``max_async_level > 0`` (two ways to run ahead), dynamic sampling (its
-                rounds filter and refill inside one generation call), ``disable_dropout=false`` with the hf
-                engine (the producer decodes the module while the trainer runs it in train mode), or a
-                ``chunk_prompts`` that does not divide ``prompts_per_generation``.
-        """
-        st = self.streaming
-        if self.max_async_level > 0:
-            raise ValueError(f"streaming.enable with max_async_level={self.max_async_level}: choose one (streaming "
-                             "bounds how far generation runs ahead with streaming.max_staleness)")
-        if self.dynamic_sampling.enable:
-            raise ValueError("streaming.enable with dynamic_sampling.enable is not supported: the producer puts every "
-                             "complete group in the buffer (filter groups with batch_filters instead)")
-        if self.engine == "hf" and not self.disable_dropout:
-            raise ValueError("streaming.enable with engine=hf needs disable_dropout=true: the producer thread decodes "
-                             "the module the trainer runs in train mode, so dropout would reach the samples")
-        if st.chunk_prompts and self.prompts_per_generation % st.chunk_prompts:
-            raise ValueError(f"streaming.chunk_prompts={st.chunk_prompts} must divide the prompts per generation "
-                             f"batch ({self.prompts_per_generation} = generation_batch_size / num_generations)")
 
     @property
     def prompts_per_generation(self) -> int:

@@ -278,11 +278,58 @@ class StreamingConfig(StrictModel):
     generation batch); with ``engine: hf`` a weight update waits for the chunk in flight, so a smaller
     chunk makes that wait shorter and a larger one batches decoding better (on the 2-core CPU a whole
     batch per call was 3x faster per update than one prompt per call: ``docs/streaming.md``).
+    ``partial_rollouts`` (``engine: hf``, ``sampler: group``): the producer lets an update through between
+    two decode steps of the rows in flight instead of holding the weights for the whole chunk; each token
+    records the version it was sampled under (``RolloutBatch.token_version``), its behaviour log-prob is that
+    version's (the KV cache is recomputed at the change), and a row's ``policy_version``, what
+    ``max_staleness`` and the ``staleness/*`` metrics read, is its oldest token's (:mod:`rlvr.engines.partial`).
     """
 
     enable: bool = False
     max_staleness: int = Field(1, ge=0)
     chunk_prompts: int = Field(0, ge=0)
+    partial_rollouts: bool = False
+
+
+def check_streaming(cfg: Any) -> None:
+    """Refuse ``streaming.enable`` with what the streaming path does not do (``docs/streaming.md``).
+
+    Args:
+        cfg: the run config (:class:`rlvr.config.run.RLConfig`).
+
+    Raises:
+        ValueError: with ``max_async_level > 0`` (two ways to run ahead), dynamic sampling (its rounds filter
+            and refill inside one generation call), ``disable_dropout=false`` with the hf engine (the producer
+            decodes the module while the trainer runs it in train mode), a ``chunk_prompts`` that does not
+            divide ``prompts_per_generation``; ``partial_rollouts`` without ``streaming.enable``, with
+            ``engine: vllm`` (the server decodes its own copy: a request would have to be aborted and resumed)
+            or with a sampler other than ``group`` (only it carries per-token versions into the batch).
+    """
+    st = cfg.streaming
+    if st.partial_rollouts and not st.enable:
+        raise ValueError("streaming.partial_rollouts needs streaming.enable=true (it changes how the streaming "
+                         "producer holds the weights)")
+    if not st.enable:
+        return
+    if cfg.max_async_level > 0:
+        raise ValueError(f"streaming.enable with max_async_level={cfg.max_async_level}: choose one (streaming "
+                         "bounds how far generation runs ahead with streaming.max_staleness)")
+    if cfg.dynamic_sampling.enable:
+        raise ValueError("streaming.enable with dynamic_sampling.enable is not supported: the producer puts every "
+                         "complete group in the buffer (filter groups with batch_filters instead)")
+    if cfg.engine == "hf" and not cfg.disable_dropout:
+        raise ValueError("streaming.enable with engine=hf needs disable_dropout=true: the producer thread decodes "
+                         "the module the trainer runs in train mode, so dropout would reach the samples")
+    if st.chunk_prompts and cfg.prompts_per_generation % st.chunk_prompts:
+        raise ValueError(f"streaming.chunk_prompts={st.chunk_prompts} must divide the prompts per generation "
+                         f"batch ({cfg.prompts_per_generation} = generation_batch_size / num_generations)")
+    if st.partial_rollouts and cfg.engine != "hf":
+        raise ValueError(f"streaming.partial_rollouts needs engine=hf, got engine={cfg.engine}: a vLLM server "
+                         "decodes its own copy of the weights (requests are re-synced between chunks), and "
+                         "interrupting and resuming its requests is not built")
+    if st.partial_rollouts and cfg.sampler != "group":
+        raise ValueError(f"streaming.partial_rollouts needs sampler=group, got sampler={cfg.sampler!r}: only the "
+                         "group sampler carries the engine's per-token versions into the batch")
 
 
 class LoggingConfig(StrictModel):

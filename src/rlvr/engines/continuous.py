@@ -129,6 +129,11 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
     trimmed) and the waiting pieces that fit are prefilled and merged in. Given one chunk of the engine's
     plan (at most ``max_batch_size`` rows) nothing waits: that is the chunked, shrinking-batch loop.
 
+    Partial rollouts: with ``engine.decode_gate`` set (:class:`rlvr.engines.partial.DecodeGate`), it is asked
+    before every step which version the weights are at; on a change the batch's KV cache is recomputed under
+    the new weights (:func:`rlvr.engines.partial.reprefill`) before the step samples, and every token records
+    the version it was sampled under (``Generation.versions``; ``None`` without a gate).
+
     Args:
         on_finished: called with the number of rows dropped at each compaction, or None.
 
@@ -141,6 +146,9 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
     toks: dict[tuple[int, int], list[int]] = {}
     lps: dict[tuple[int, int], list[float]] = {}
     finish: dict[tuple[int, int], str] = {}
+    gate = getattr(engine, "decode_gate", None)  # partial rollouts (rlvr.engines.partial)
+    version = gate.version if gate is not None else None
+    vers: dict[tuple[int, int], list[int]] = {}
     eos = torch.tensor(sorted(engine.eos_token_ids), dtype=torch.long, device=device)
     pad = torch.tensor(engine.pad_token_id, dtype=torch.long, device=device)
 
@@ -155,7 +163,7 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
             return batch
         new = _Batch(*engine._prefill(requests, take, params))
         for o in new.owners:
-            toks[o], lps[o], finish[o] = [], [], "length"
+            toks[o], lps[o], finish[o], vers[o] = [], [], "length", []
         if batch is None or not batch.owners:
             return new
         batch.merge(new, config, kind)
@@ -164,6 +172,14 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
     batch = admit(None)
     waste = 0
     while batch is not None:
+        if gate is not None:
+            now = int(gate.between_steps())
+            if now != version:  # new weights: discard the old KV cache, recompute it (AReaL's interruption)
+                from rlvr.engines.partial import reprefill, weights_changed
+
+                weights_changed(engine)
+                reprefill(engine, requests, batch, toks)
+                version = now
         tok, lp = sample_from_logits(batch.logits, params.temperature, params.top_p, params.top_k, generator)
         live = ~batch.done
         ended = torch.isin(tok, eos) & live
@@ -172,6 +188,7 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
             if not d:
                 toks[o].append(t)
                 lps[o].append(p)
+                vers[o].append(version)
                 if e:
                     finish[o] = "eos"
         batch.count = batch.count + live.long()
@@ -205,4 +222,5 @@ def decode_pieces(engine: Any, requests: Sequence[GenerationRequest], pieces: Se
         if compacted or batch is None:
             batch = admit(batch)
     for (i, s), t in toks.items():
-        results[i][s] = Generation(token_ids=t, logprobs=lps[(i, s)], finish_reason=finish[(i, s)])  # type: ignore[arg-type]
+        results[i][s] = Generation(token_ids=t, logprobs=lps[(i, s)], finish_reason=finish[(i, s)],  # type: ignore[arg-type]
+                                   versions=vers[(i, s)] if gate is not None else None)

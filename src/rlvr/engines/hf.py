@@ -124,6 +124,9 @@ class HFEngine:
             (default 8; 1 compacts at every finish).
         pad_token_id: id used for left padding (its value never reaches the model's output: the
             attention mask hides it).
+        decode_gate: ``None`` (default: the weights are fixed for a whole call) or a
+            :class:`rlvr.engines.partial.DecodeGate` asked between decode steps whether the weights changed
+            (partial rollouts: the rows' KV caches are recomputed and each token records its version).
 
     Raises:
         ValueError: ``max_batch_size < 1``, unknown ``cache``, or no EOS id can be found.
@@ -149,6 +152,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.on_generated: Callable[[int], None] | None = None  # called with the rows of each finished chunk
+        self.decode_gate: Any = None  # partial rollouts (rlvr.engines.partial): weights may change between steps
         self.cache_kind = cache
         self.prune = prune
         self.continuous = continuous

@@ -96,19 +96,32 @@ def generations_to_batch(
 
     ``T`` is the longest generation (at least 1). ``sampler_logp`` holds the engine's behaviour
     log-probs; ``logprob_temperature`` equals the sampling temperature (TRL/verl convention,
-    ``grpo_core.md`` §4).
+    ``grpo_core.md`` §4). When the engine recorded per-token versions (partial rollouts:
+    :attr:`Generation.versions`), they fill ``token_version`` ``[N, T]`` and each row's ``policy_version``
+    is its oldest token's (interpretation: a row is as stale as its stalest token; ``docs/streaming.md``);
+    otherwise every row is ``policy_version``.
     """
     n = len(generations)
     width = max([len(g.token_ids) for g in generations] + [1])
     ids = torch.full((n, width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.float32)
     slogp = torch.zeros((n, width), dtype=torch.float32)
+    per_token = any(g.versions is not None for g in generations)
+    tver = torch.zeros((n, width), dtype=torch.long) if per_token else None
+    row_version = torch.full((n,), int(policy_version), dtype=torch.long)
     for i, g in enumerate(generations):
         k = len(g.token_ids)
         if k:
             ids[i, :k] = torch.tensor(g.token_ids, dtype=torch.long)
             mask[i, :k] = 1.0
             slogp[i, :k] = torch.tensor(g.logprobs, dtype=torch.float32)
+        if tver is not None:
+            v = g.versions if g.versions is not None else [int(policy_version)] * k
+            if len(v) != k:
+                raise ValueError(f"generation {i}: {len(v)} token versions for {k} tokens")
+            if k:
+                tver[i, :k] = torch.tensor(v, dtype=torch.long)
+                row_version[i] = min(v)
     return RolloutBatch(
         context_ids=[list(c) for c in contexts],
         completion_ids=ids,
@@ -118,9 +131,10 @@ def generations_to_batch(
         is_truncated=torch.tensor([g.finish_reason == "length" for g in generations], dtype=torch.bool),
         sampling_temperature=torch.full((n,), float(temperature)),
         logprob_temperature=torch.full((n,), float(temperature)),
-        policy_version=torch.full((n,), int(policy_version), dtype=torch.long),
+        policy_version=row_version,
         sampler_logp=slogp,
         problems=problems,
+        token_version=tver,
     )
 
 

@@ -13,14 +13,19 @@ in the producer thread:
 3. sample the chunk, stamping every row with ``policy_version = v``; the behaviour log-probs are the
    engine's (``sampler_logp``). With an engine that decodes in this process (``engine: hf``: the trained
    module itself or a copy of it) the gate is held until the chunk's rows are finished: **every row is
-   sampled under one version** — an update waits for the chunk in flight (``streaming/update_wait_s``),
-   there are no partial rollouts and no per-token versions. A vLLM server decodes its own copy: the gate
-   is released after the push, and the server is re-synced between chunks (between requests);
+   sampled under one version** — an update waits for the chunk in flight (``streaming/update_wait_s``).
+   With ``streaming.partial_rollouts`` the engine instead asks a decode gate (:class:`_PartialGate`)
+   before every decode step, which lets the updates waiting for the gate through and re-syncs the engine's
+   copy: the rows in flight continue under the new weights (their KV cache recomputed,
+   :mod:`rlvr.engines.partial`), each token records its version (``token_version``) and a row's
+   ``policy_version`` is its oldest token's. A vLLM server decodes its own copy: the gate is released after
+   the push, and the server is re-synced between chunks (between requests; no partial rollouts);
 4. score and shape the rewards (the run's scorer; overlong penalty) and append the chunk's groups to the
    buffer, each whole (a group enters the buffer only complete).
 
 In the trainer thread (:meth:`StreamingPipeline.next`, in place of one synchronous generation round): drop
-groups older than ``max_staleness`` updates (a safety net; step 1 keeps them from being sampled), take the
+groups older than ``max_staleness`` updates (by their oldest token; a safety net: step 1 keeps them from
+being sampled), take the
 ``P`` oldest groups and run the synchronous path's own second half on them (behaviour / reference
 log-probs, KL in the reward, advantages, batch filters, the round's metrics): advantages are taken per group
 as always. The old log-probs the loss uses are the engine's behaviour log-probs (``old_logp =
@@ -41,7 +46,8 @@ is not bitwise reproducible, resumed or not (``docs/streaming.md``).
 
 Source: interpretation of asynchronous RL with bounded staleness and a rollout buffer — AReaL (Fu et al.
 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning", §4–5:
-``max_head_offpolicyness``, decoupled PPO) and prime-rl's asynchronous trainer; issue 39 item 2.
+``max_head_offpolicyness``, decoupled PPO; §4.1 interruptible generation for partial rollouts) and
+prime-rl's asynchronous trainer; issue 39 item 2.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from rlvr.trainer.idle import RoundSignal
 from rlvr.trainer.rollout import CollectStats, shape_rewards
 from rlvr.types import RolloutBatch
 
-__all__ = ["StreamingPipeline", "WeightGate"]
+__all__ = ["StreamingPipeline", "WeightGate", "token_staleness_metrics"]
 
 
 class WeightGate:
@@ -99,6 +105,18 @@ class WeightGate:
                 self._holding = False
                 self._cond.notify_all()
 
+    def yield_to_updates(self) -> int:
+        """Inside :meth:`hold`: let the updates waiting for the gate run (partial rollouts, between two decode
+        steps), then hold again; returns the version now (the one the hold started with when none waited)."""
+        with self._cond:
+            if self._waiting or self._updating:
+                self._holding = False
+                self._cond.notify_all()
+                while self._updating or self._waiting:
+                    self._cond.wait()
+                self._holding = True
+            return self.version
+
     @contextlib.contextmanager
     def update(self, next_version: int) -> Iterator[None]:
         """Change the weights inside; ``version`` becomes ``next_version`` at the exit (also on error)."""
@@ -119,6 +137,37 @@ class WeightGate:
                 self.version = int(next_version)
                 self._updating = False
                 self._cond.notify_all()
+
+
+class _PartialGate:
+    """The :class:`rlvr.engines.partial.DecodeGate` of one chunk (``streaming.partial_rollouts``): between two
+    decode steps the producer gives the :class:`WeightGate` to the updates waiting for it, and on a new version
+    re-syncs the engine's own copy (``weight_sync``: a bf16 decode copy, a merged LoRA copy) before decoding on.
+
+    Attributes:
+        version: the version of the weights the chunk decodes with now.
+        changes: weight changes met inside the chunk.
+    """
+
+    def __init__(self, pipeline: "StreamingPipeline", version: int) -> None:
+        self._pipeline = pipeline
+        self.version = int(version)
+        self.changes = 0
+        self._owner = threading.get_ident()  # the producer thread, which holds the WeightGate
+
+    def between_steps(self) -> int:
+        """Let waiting updates through; returns the version the next decode step uses. A ``generate`` call
+        from another thread meanwhile (a user callback) holds no gate: it is answered without yielding."""
+        if threading.get_ident() != self._owner:
+            return self.version
+        v = self._pipeline.gate.yield_to_updates()
+        if v != self.version:
+            sync = self._pipeline.trainer.weight_sync
+            if sync is not None:
+                sync(v)
+            self.version = v
+            self.changes += 1
+        return v
 
 
 class StreamingPipeline:
@@ -142,6 +191,14 @@ class StreamingPipeline:
         self.P = int(trainer.cfg.prompts_per_generation)
         self.chunk = int(cfg.chunk_prompts) or self.P  # 0: a whole generation batch per generate call
         self.mu = int(trainer.updates_per_generation)
+        self.partial = bool(getattr(cfg, "partial_rollouts", False))
+        if self.partial and trainer.generation_sync is None and not hasattr(trainer.engine, "decode_gate"):
+            from rlvr.errors import ConfigError
+
+            raise ConfigError(f"streaming.partial_rollouts: the engine {type(trainer.engine).__name__} has no "
+                             "decode_gate (partial rollouts need rlvr.engines.hf.HFEngine)")
+        self.weight_changes = 0  # partial rollouts: weight changes met by chunks in flight, in total
+        self._changes_at_take = 0
         self._cond = threading.Condition()
         self.gate = WeightGate(self._cond)
         self._buf: deque[tuple[RolloutBatch, float]] = deque()  # (one whole group, time it entered)
@@ -204,7 +261,7 @@ class StreamingPipeline:
         waited = now - t
         self.round_index += 1
         tr.generation_round += 1
-        batch = RolloutBatch.concat([g for g, _ in items], tr.pad_token_id)
+        batch = RolloutBatch.concat(_with_token_versions([g for g, _ in items]), tr.pad_token_id)
         timings = {"timing/generate_s": gen_s, "timing/reward_s": reward_s}
         # default: old_logp = the engine's behaviour log-probs; TIS: the trainer's (proximal) ones, corrected
         tr._behaviour_logprobs(batch, timings, overlapped=not tr.cfg.vllm_importance_sampling_correction)
@@ -243,11 +300,18 @@ class StreamingPipeline:
         m["streaming/trainer_idle_frac"] = min(1.0, (waited + m["streaming/update_wait_s"]) / wall)
         m["streaming/buffer_groups"] = float(left)
         m["streaming/dropped_groups"] = float(self.dropped_groups)
+        if self.partial:
+            m.update(token_staleness_metrics(sampled, step, self.max_staleness))
+            m["streaming/partial/weight_changes"] = float(self.weight_changes - self._changes_at_take)
+            self._changes_at_take = self.weight_changes
         return m
 
     def _drop_stale(self, step: int) -> None:
-        """Drop buffered groups sampled more than ``max_staleness`` updates before ``step`` (lock held)."""
-        while self._buf and step - int(self._buf[0][0].policy_version.max()) > self.max_staleness:
+        """Drop buffered groups sampled more than ``max_staleness`` updates before ``step`` (lock held).
+
+        A group is as old as its oldest row, a row as its oldest token (``policy_version``; with partial
+        rollouts the minimum of its ``token_version``): interpretation, ``docs/streaming.md``."""
+        while self._buf and step - int(self._buf[0][0].policy_version.min()) > self.max_staleness:
             self._buf.popleft()
             self.dropped_groups += 1
 
@@ -292,7 +356,8 @@ class StreamingPipeline:
         assert not self._busy, "drain() before saving"
         ready = []
         if self._buf:
-            ready.append((RoundResult(RolloutBatch.concat([g for g, _ in self._buf], self.trainer.pad_token_id)), 0))
+            groups = _with_token_versions([g for g, _ in self._buf])
+            ready.append((RoundResult(RolloutBatch.concat(groups, self.trainer.pad_token_id)), 0))
         return {"ready": ready, "round_index": self.round_index, "started": self._started}
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -348,7 +413,15 @@ class StreamingPipeline:
         local = tr.generation_sync is None  # the engine decodes in this process: hold until the rows are done
         with self.gate.hold() as version:
             self._sync_engine(version)
-            if local:
+            if local and self.partial:  # the weights may change between decode steps (rlvr.engines.partial)
+                gate = self._partial_gate(version)
+                tr.engine.decode_gate = gate
+                try:
+                    batch = self._sample(version)
+                finally:
+                    tr.engine.decode_gate = None
+                    self.weight_changes += gate.changes
+            elif local:
                 batch = self._sample(version)
         if not local:
             batch = self._sample(version)
@@ -356,6 +429,10 @@ class StreamingPipeline:
         score = tr.scorer.score(batch) if batch.rewards is None else ScoreStats()
         shape_rewards(batch, tr.cfg)
         return _groups(batch), time.perf_counter() - t, score
+
+    def _partial_gate(self, version: int) -> _PartialGate:
+        """The decode gate of a chunk that starts at ``version`` (a seam for tests that force an update)."""
+        return _PartialGate(self, version)
 
     def _sync_engine(self, version: int) -> None:
         """Give the engine the weights of ``version`` (gate held): push to a server, re-cast a bf16 copy."""
@@ -375,6 +452,42 @@ class StreamingPipeline:
         batch = tr._draw(self.chunk)  # seeds and group ids from rollout_round: one round per chunk
         tr.rollout_round += 1
         return batch
+
+
+def token_staleness_metrics(batch: RolloutBatch, step: int, max_staleness: int) -> dict[str, float]:
+    """Per-token staleness of ``batch`` taken at ``step`` (partial rollouts; ``docs/streaming.md``).
+
+    A token's staleness is ``step − token_version`` (its row's ``policy_version`` where the batch has no
+    ``token_version``), counted over the tokens the policy sampled (``model_mask``).
+
+    Returns:
+        ``streaming/staleness/token_frac/{0..max_staleness}`` (the histogram: fractions of tokens),
+        ``streaming/staleness/token_mean``, ``streaming/staleness/token_max`` (updates), and
+        ``streaming/partial/spanned_frac``: the fraction of rows whose tokens were sampled under more than
+        one version (the rows a weight change reached in flight).
+    """
+    mask = batch.model_mask > 0
+    ver = batch.token_version if batch.token_version is not None else batch.policy_version[:, None].expand_as(mask)
+    stale = (step - ver)[mask]
+    n = max(int(stale.numel()), 1)
+    m = {f"streaming/staleness/token_frac/{k}": float((stale == k).sum()) / n for k in range(max_staleness + 1)}
+    m["streaming/staleness/token_mean"] = float(stale.float().sum()) / n
+    m["streaming/staleness/token_max"] = float(stale.max()) if stale.numel() else 0.0
+    big, small = ver.masked_fill(~mask, -(2**62)).amax(1), ver.masked_fill(~mask, 2**62).amin(1)
+    m["streaming/partial/spanned_frac"] = float(((big > small) & mask.any(1)).float().mean()) if len(batch) else 0.0
+    return m
+
+
+def _with_token_versions(groups: list[RolloutBatch]) -> list[RolloutBatch]:
+    """``groups``, each given a ``token_version`` (its rows' ``policy_version`` on every completion token)
+    when another has one, so they concatenate: a buffer restored from a run with ``partial_rollouts`` the
+    other way mixes the two kinds."""
+    if all(g.token_version is None for g in groups) or all(g.token_version is not None for g in groups):
+        return groups
+    for g in groups:
+        if g.token_version is None:
+            g.token_version = g.policy_version[:, None] * (g.completion_mask > 0).long()
+    return groups
 
 
 def _groups(batch: RolloutBatch) -> list[RolloutBatch]:
