@@ -53,10 +53,12 @@ class FakeJudge:
     Attributes:
         requests: every request's ``(headers dict, body dict or None)``, in arrival order.
         max_in_flight: the most requests it was handling at one time.
-        delay_s: seconds every answer waits (to make concurrency visible).
+        delay_s: seconds every answer waits (to make concurrency visible, or to play a judge's latency).
+
+    ``port``: 0 (any free port) or a fixed one (``benchmarks/bench_judge.py serve``).
     """
 
-    def __init__(self, script: list[str] | None = None, delay_s: float = 0.0) -> None:
+    def __init__(self, script: list[str] | None = None, delay_s: float = 0.0, port: int = 0) -> None:
         self.script = list(script or [])
         self.delay_s = delay_s
         self.requests: list[tuple[dict, dict | None]] = []
@@ -87,7 +89,7 @@ class FakeJudge:
                     with fake.lock:
                         fake.in_flight -= 1
 
-        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
