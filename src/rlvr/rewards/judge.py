@@ -306,7 +306,8 @@ class JudgeReward:
         if not self._warned:
             self._warned = True
             warnings.warn(f"{self.name}: {text}; such judgements score failure_score and the run continues "
-                          f"(counted in {self.name}/failures and {self.name}/parse_failures)", stacklevel=3)
+                          f"(counted in {self.name}/failures, {self.name}/timeouts and {self.name}/parse_failures)",
+                          stacklevel=3)
 
     def pop_metrics(self) -> dict[str, float]:
         """The counters since the last call (see the class docstring), then reset."""
