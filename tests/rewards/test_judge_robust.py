@@ -41,9 +41,11 @@ def test_a_slow_judge_call_is_cut_at_the_batch_deadline_and_counted(concurrency,
         m = j.pop_metrics()
         j.close()
     assert took < 2.0
-    assert s[0].item() == 0.25 and m["judge/timeouts"] >= 1 and m["judge/failures"] == m["judge/timeouts"]
-    if concurrency > 1:  # the other calls ran beside the slow one and were answered
-        assert s[1:].tolist() == pytest.approx([0.2, 0.3]) and m["judge/timeouts"] == 1
+    assert m["judge/timeouts"] >= 1 and m["judge/failures"] == m["judge/timeouts"]
+    if concurrency > 1:  # the other calls ran beside the slow one (whichever arrived first) and were answered
+        got = s.tolist()
+        assert got.count(0.25) == 1 and m["judge/timeouts"] == 1
+        assert all(g == pytest.approx(w) for g, w in zip(got, [0.1, 0.2, 0.3]) if g != 0.25)
     else:  # one at a time, the later calls were still queued at the deadline
         assert s.tolist() == [0.25] * 3 and m["judge/timeouts"] == 3
     assert m["judge/calls"] == 3 and m["judge/parse_failures"] == 0
@@ -71,7 +73,7 @@ def test_the_in_process_judge_stops_generating_at_the_deadline(tiny):
     s = j.score([P] * 6, ["1", "2", "3", "4", "5", "6"])  # unbounded: 3 batches x 60 tokens x 0.02 s >= 3.6 s
     took = time.perf_counter() - t0
     m = j.pop_metrics()
-    assert took < 1.2
+    assert took < 2.0  # one decoding step past 0.3 s; unbounded it is >= 3.6 s
     assert s.tolist() == [0.5] * 6 and m["judge/timeouts"] == 6 and m["judge/failures"] == 6
     again = c.complete_many(["short"])  # no deadline: generates in full
     assert again[0].text is not None and not again[0].timed_out
