@@ -11,14 +11,16 @@ still follow text inside the block; ``docs/rewards.md``).
 
 The reply is parsed (:func:`parse_score`) with a regex or as JSON, checked to lie in ``[min_score,
 max_score]`` and mapped to ``[0, 1]``. A judge may echo the answer it grades, and the answer may hold a
-score of its own ("Score: 10"), so the score is read only from the judge's own words: every verbatim echo
-of the answer (as written and as quoted) and every ``<answer>`` block is cut from the reply first, the
-score must be on the final non-empty line of what remains (the prompt asks for it there), and a final
-line that is itself a line of the answer is refused as an echo (interpretation: an answer can only win
-the parse by being quoted last, and these three rules take exactly that away). A failed call (the
-client's retries spent, or the batch deadline ``batch_timeout_s`` passed) or an unparseable reply scores
-``failure_score`` and is counted; it never stops the run. Judgements are cached in memory (LRU, ``cache_size``) by ``(model, rubric,
-question, reference, answer)``; a completion repeated within a batch is judged once.
+score of its own ("Score: 10"), so the score is read only from the judge's own words: every ``<answer>``
+block and, when the answer holds a score, every verbatim echo of it (as written and as quoted) is cut
+from the reply first; the score must be on the final non-empty line of what remains (the prompt asks for
+it there); and a final line that is itself a line of the answer is refused as an echo. Interpretation:
+an injected score wins a last-match parse by being echoed after the judge's verdict, or by being
+the line the judge ends on; these rules take both away, and a refused reply scores ``failure_score``.
+A failed call (the client's retries spent, or the batch deadline ``batch_timeout_s`` passed) or an
+unparseable reply scores ``failure_score`` and is counted; it never stops the run. Judgements are cached
+in memory (LRU, ``cache_size``) by ``(model, rubric, question, reference, answer)``; a completion repeated
+within a batch is judged once.
 """
 
 from __future__ import annotations
@@ -108,13 +110,19 @@ def parse_score(reply: str, *, parse: str = "regex", score_regex: str = DEFAULT_
     the reply holds no score of its own, a non-finite one, or one outside ``[min_score, max_score]`` (a
     judge that answers 10 on a 1-5 scale was not following the rubric).
 
-    The reply is first cut of its echoes of ``answer`` (the graded text; :func:`strip_echo`). Then
+    The reply is first cut of its ``<answer>`` blocks and, when ``answer`` (the graded text) itself holds
+    a score (``score_regex`` matches it, or it names ``json_key``), of its echoes of it
+    (:func:`strip_echo`). Then
     ``parse="regex"``: the final non-empty line must match ``score_regex`` (its last match there, first
     group); ``"json"``: the remaining reply as a JSON object, else its last ``{...}`` that parses, read at
     ``json_key``. A final line (or JSON object) that also appears as a line of ``answer`` is an echo: None.
     """
     raw: Any = None
-    text = strip_echo(reply, answer)
+    # only an answer that holds a score can inject one by being echoed; cutting a short answer ("1")
+    # out of every reply would cut it out of the judge's own "Score: 10" too
+    holds_score = bool(answer) and (re.search(score_regex, answer) is not None
+                                    or (parse == "json" and json_key in answer))
+    text = strip_echo(reply, answer if holds_score else None)
     answer_lines = {ln.strip() for ln in (answer or "").splitlines() if ln.strip()}
     if parse == "json":
         raw = _json_value(text, json_key, answer or "")
