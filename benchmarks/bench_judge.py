@@ -11,7 +11,7 @@ groups) with
 * a fake OpenAI-compatible server (``tests/fake_judge_server.py``) that answers each call after a set
   latency (0.1 s, 0.5 s), with ``max_concurrency`` 1 and 8,
 
-then a second pass over the same completions ("again": cache hits, no calls, except for the
+each size with an empty cache, then a second pass over the same completions ("again": cache hits, no calls, except for the
 judgements that failed or did not parse, which are not cached and are asked again). Prints the CPU first, then a
 table; writes JSON. Run it under the heavy lock (it loads a model and keeps the CPU busy):
 
@@ -50,6 +50,7 @@ def _problems(n: int) -> tuple[list[Any], list[str]]:
 
 def _time(judge: Any, n: int) -> dict[str, Any]:
     probs, texts = _problems(n)
+    judge.cache = type(judge.cache)(judge.cache.size)  # the first pass starts cold: every row is a call
     t0 = time.perf_counter()
     judge.score(probs, texts)
     first = time.perf_counter() - t0
@@ -119,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         load = time.perf_counter() - t0
         judge.score(*_problems(1))  # warm-up (first generate), not timed
         judge.pop_metrics()
-        judge.cache = type(judge.cache)(judge.cache.size)
         for n in sizes:
             rows.append({"judge": label, "latency_s": None, "max_concurrency": None, "load_s": round(load, 2),
                          **_time(judge, n)})
