@@ -11,9 +11,9 @@ groups) with
 * a fake OpenAI-compatible server (``tests/fake_judge_server.py``) that answers each call after a set
   latency (0.1 s, 0.5 s), with ``max_concurrency`` 1 and 8,
 
-each size with an empty cache, then a second pass over the same completions ("again": cache hits, no calls, except for the
-judgements that failed or did not parse, which are not cached and are asked again). Prints the CPU first, then a
-table; writes JSON. Run it under the heavy lock (it loads a model and keeps the CPU busy):
+each size with an empty cache, then a second pass over the same completions ("again": cache
+hits, no calls, except for the judgements that failed or did not parse, which are not cached and are
+asked again). Prints the CPU first, then a table; writes JSON. Run it under the heavy lock (it loads a model and keeps the CPU busy):
 
     flock /tmp/rlvr-heavy.lock env HF_HUB_OFFLINE=1 PYTHONPATH=src:tests python benchmarks/bench_judge.py
     # → benchmarks/results/bench_judge.json
