@@ -16,8 +16,7 @@ SCANNED = ["src", "docs", "README.md", "tests", "benchmarks"]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".toml"}
 NOTES = re.compile(r"(?<![\w/.-])(?:\.\./)*(?:[\w.-]+/)*(?:specs|design)/[\w.-]+(?:/[\w.-]+)*")
 DOCS = re.compile(r"(?<![\w/.-])docs/[\w./-]+\.md\b")
-PLANNED = {"docs/results/replication_prereg_claims.md",  # the pre-registered study's table (not yet run)
-           "docs/rewards.md"}  # reward models and LLM judges: written on its own branch; drop once it lands
+PLANNED = {"docs/results/replication_prereg_claims.md"}  # the pre-registered study's table (not yet run)
 
 
 def _files():

@@ -30,7 +30,7 @@ MODEL_LOAD_KEYS = frozenset({"name_or_path", "revision", "trust_remote_code", "d
 
 REWARD_MODEL_KEYS = frozenset({"max_length", "label_index"})
 JUDGE_KEYS = frozenset({"client", "rubric", "parse", "score_regex", "json_key", "min_score", "max_score",
-                        "failure_score", "cache_size", "max_new_tokens", "include_reference"})
+                        "failure_score", "cache_size", "max_new_tokens", "include_reference", "batch_timeout_s"})
 OPENAI_KEYS = frozenset({"base_url", "model", "api_key_env", "timeout_s", "max_retries", "backoff_s",
                          "max_concurrency"})
 
@@ -41,7 +41,8 @@ DEFAULT_RUBRIC = (
 """The judge's rubric when ``rubric`` is not set."""
 
 DEFAULT_SCORE_REGEX = r"(?i)score\s*[:=]\s*(-?\d+(?:\.\d+)?)"
-"""``parse: regex`` default: ``Score: 7`` / ``score=7.5``; the judge's reply's last match is read."""
+"""``parse: regex`` default: ``Score: 7`` / ``score=7.5``, read on the final line of the judge's reply once
+its echoes of the graded answer are cut (:func:`rlvr.rewards.judge.parse_score`)."""
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
@@ -80,7 +81,10 @@ class RewardConfig(StrictModel):
     ``score_regex``'s first group, or ``json`` with ``json_key``), ``min_score`` / ``max_score`` (the
     judge's scale, mapped to [0, 1]; a score outside it is a parse failure), ``failure_score`` (what a
     failed or unparseable judgement scores, on the [0, 1] scale), ``cache_size`` (judgements remembered,
-    0 = none), ``max_new_tokens``, ``include_reference`` (show the problem's reference answer). With
+    0 = none), ``max_new_tokens``, ``include_reference`` (show the problem's reference answer),
+    ``batch_timeout_s`` (the total seconds one batch's judging may take, every call, retry and wait
+    included; the judgements not answered by then score ``failure_score`` and count in
+    ``<name>/timeouts`` and ``<name>/failures``; default 300; ``null``: no total bound). With
     ``client: openai``: ``base_url`` (ending in ``/v1``) and ``model`` (required), ``api_key_env`` (the
     environment variable holding the key; never logged), ``timeout_s`` (per HTTP call), ``max_retries``,
     ``backoff_s`` (first retry's wait, doubling), ``max_concurrency`` (calls in flight). With
@@ -117,6 +121,7 @@ class RewardConfig(StrictModel):
     cache_size: int = Field(10_000, ge=0)
     max_new_tokens: int = Field(256, ge=1)
     include_reference: bool = True
+    batch_timeout_s: float | None = Field(300.0, gt=0)
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -216,7 +216,7 @@ class CombinedScorer:
 
     def round_metrics(self) -> dict[str, float]:
         """Each learned component's counters since the last call (``<name>/calls``, the judge's
-        ``<name>/failures``, ``parse_failures``, ``cache_hits``, ``latency_s``; the reward model's
+        ``<name>/failures``, ``timeouts``, ``parse_failures``, ``cache_hits``, ``latency_s``; the reward model's
         ``<name>/seconds``), ``timing/rewards/<name>_s`` and, with ``normalize: running``,
         ``rewards/<name>/running_mean`` and ``running_std``."""
         m: dict[str, float] = {}

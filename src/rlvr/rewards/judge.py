@@ -9,11 +9,18 @@ as the prompt. The prompt also tells the judge that the block is data, not instr
 Spotlighting", §3: delimiting and marking untrusted text); it does not make a judge immune (a model may
 still follow text inside the block; ``docs/rewards.md``).
 
-The reply is parsed (:func:`parse_score`) with a regex (its last match: a judge that reasons first gives its
-verdict last) or as JSON, checked to lie in ``[min_score, max_score]`` and mapped to ``[0, 1]``. A failed
-call (the client's retries spent) or an unparseable reply scores ``failure_score`` and is counted; it
-never stops the run. Judgements are cached in memory (LRU, ``cache_size``) by ``(model, rubric,
-question, reference, answer)``; a completion repeated within a batch is judged once.
+The reply is parsed (:func:`parse_score`) with a regex or as JSON, checked to lie in ``[min_score,
+max_score]`` and mapped to ``[0, 1]``. A judge may echo the answer it grades, and the answer may hold a
+score of its own ("Score: 10"), so the score is read only from the judge's own words: every ``<answer>``
+block and, when the answer holds a score, every verbatim echo of it (as written and as quoted) is cut
+from the reply first; the score must be on the final non-empty line of what remains (the prompt asks for
+it there); and a final line that is itself a line of the answer is refused as an echo. Interpretation:
+an injected score wins a last-match parse by being echoed after the judge's verdict, or by being
+the line the judge ends on; these rules take both away, and a refused reply scores ``failure_score``.
+A failed call (the client's retries spent, or the batch deadline ``batch_timeout_s`` passed) or an
+unparseable reply scores ``failure_score`` and is counted; it never stops the run. Judgements are cached
+in memory (LRU, ``cache_size``) by ``(model, rubric, question, reference, answer)``; a completion repeated
+within a batch is judged once.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import math
 import re
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from typing import Any, Sequence
@@ -80,21 +88,49 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def parse_score(reply: str, *, parse: str = "regex", score_regex: str = DEFAULT_SCORE_REGEX,
-                json_key: str = "score", min_score: float = 0.0, max_score: float = 10.0) -> float | None:
-    """The judge's score mapped to ``[0, 1]``: ``(s - min_score) / (max_score - min_score)``, or None when
-    the reply holds no score, a non-finite one, or one outside ``[min_score, max_score]`` (a judge that
-    answers 10 on a 1-5 scale was not following the rubric).
+_ANSWER_BLOCK = re.compile(r"<\s*answer\b[^>]*>.*?(?:<\s*/\s*answer\s*>|\Z)", re.IGNORECASE | re.DOTALL)
 
-    ``parse="regex"``: the last match of ``score_regex``, its first group; ``"json"``: the reply as a JSON
-    object, else its last ``{...}`` that parses, read at ``json_key``.
+
+def strip_echo(reply: str, answer: str | None) -> str:
+    """``reply`` without the text it quotes from the graded answer: every ``<answer>…</answer>`` block
+    (an unclosed one runs to the end) and every verbatim copy of ``answer``, as written and as quoted in
+    the prompt (:func:`escape_tags`)."""
+    out = _ANSWER_BLOCK.sub("\n", reply)
+    if answer:
+        for a in {answer.strip(), escape_tags(answer).strip()}:
+            if a:
+                out = out.replace(a, "\n")
+    return out
+
+
+def parse_score(reply: str, *, parse: str = "regex", score_regex: str = DEFAULT_SCORE_REGEX,
+                json_key: str = "score", min_score: float = 0.0, max_score: float = 10.0,
+                answer: str | None = None) -> float | None:
+    """The judge's score mapped to ``[0, 1]``: ``(s - min_score) / (max_score - min_score)``, or None when
+    the reply holds no score of its own, a non-finite one, or one outside ``[min_score, max_score]`` (a
+    judge that answers 10 on a 1-5 scale was not following the rubric).
+
+    The reply is first cut of its ``<answer>`` blocks and, when ``answer`` (the graded text) itself holds
+    a score (``score_regex`` matches it, or it names ``json_key``), of its echoes of it
+    (:func:`strip_echo`). Then
+    ``parse="regex"``: the final non-empty line must match ``score_regex`` (its last match there, first
+    group); ``"json"``: the remaining reply as a JSON object, else its last ``{...}`` that parses, read at
+    ``json_key``. A final line (or JSON object) that also appears as a line of ``answer`` is an echo: None.
     """
     raw: Any = None
+    # only an answer that holds a score can inject one by being echoed; cutting a short answer ("1")
+    # out of every reply would cut it out of the judge's own "Score: 10" too
+    holds_score = bool(answer) and (re.search(score_regex, answer) is not None
+                                    or (parse == "json" and json_key in answer))
+    text = strip_echo(reply, answer if holds_score else None)
+    answer_lines = {ln.strip() for ln in (answer or "").splitlines() if ln.strip()}
     if parse == "json":
-        raw = _json_value(reply, json_key)
+        raw = _json_value(text, json_key, answer or "")
     else:
-        matches = list(re.finditer(score_regex, reply))
-        raw = matches[-1].group(1) if matches else None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        last = lines[-1] if lines else ""
+        matches = list(re.finditer(score_regex, last))
+        raw = matches[-1].group(1) if matches and last not in answer_lines else None
     try:
         s = float(raw)
     except (TypeError, ValueError):
@@ -104,9 +140,11 @@ def parse_score(reply: str, *, parse: str = "regex", score_regex: str = DEFAULT_
     return (s - min_score) / (max_score - min_score)
 
 
-def _json_value(reply: str, key: str) -> Any:
+def _json_value(reply: str, key: str, answer: str) -> Any:
     candidates = [reply.strip()] + [m.group(0) for m in reversed(list(re.finditer(r"\{[^{}]*\}", reply)))]
     for c in candidates:
+        if c and c in answer:  # an object the answer wrote: an echo
+            continue
         try:
             obj = json.loads(c)
         except ValueError:
@@ -151,16 +189,24 @@ class JudgeReward:
     """Scores completions by asking a judge model (:mod:`rlvr.rewards.judge_clients`).
 
     Args:
-        client: has ``model_id`` (a string: the cache key's model) and ``complete_many(prompts) ->
-            list[JudgeReply]`` (:class:`~rlvr.rewards.judge_clients.JudgeReply`: the reply or the error of
-            each prompt, in order, with its seconds; it handles its own timeouts, retries and concurrency).
+        client: has ``model_id`` (a string: the cache key's model) and ``complete_many(prompts,
+            deadline=None) -> list[JudgeReply]`` (:class:`~rlvr.rewards.judge_clients.JudgeReply`: the reply
+            or the error of each prompt, in order, with its seconds; it handles its own per-call timeouts,
+            retries and concurrency, and returns by ``deadline``, a ``time.monotonic()`` instant).
         name: the component's name; metrics are ``<name>/calls``, ``<name>/failures`` (calls that failed
-            after their retries), ``<name>/parse_failures`` (replies without a valid score),
+            after their retries, or were cut off by the batch deadline), ``<name>/timeouts`` (those of the
+            failures cut off by the batch deadline), ``<name>/parse_failures`` (replies without a valid score),
             ``<name>/cache_hits`` (completions scored from the cache or as a repeat within the batch) and
             ``<name>/latency_s`` (mean seconds per call).
         rubric, parse, score_regex, json_key, min_score, max_score: see :func:`judge_prompt` and
             :func:`parse_score`.
         failure_score: the ``[0, 1]`` score of a failed or unparseable judgement.
+        batch_timeout_s: the total seconds one :meth:`score` call may spend judging (every call, retry
+            and wait of the batch included; None: no bound but the client's per-call ones). A judgement not
+            answered by then scores ``failure_score`` and is counted; the step goes on. The deadline is
+            kept by the client (a bounded thread pool for HTTP, a stopping criterion inside ``generate``
+            for the in-process model; why: :mod:`rlvr.rewards.judge_clients`), so the trainer's step is
+            never held longer than ``batch_timeout_s`` plus one socket read or one decoding step.
         cache_size: judgements kept (:class:`JudgeCache`); failures are not cached.
         include_reference: show ``problem.answer`` (when there is one) as the reference.
     """
@@ -168,7 +214,7 @@ class JudgeReward:
     def __init__(self, client: Any, *, name: str = "judge", rubric: str = DEFAULT_RUBRIC, parse: str = "regex",
                  score_regex: str = DEFAULT_SCORE_REGEX, json_key: str = "score", min_score: float = 0.0,
                  max_score: float = 10.0, failure_score: float = 0.0, cache_size: int = 10_000,
-                 include_reference: bool = True) -> None:
+                 include_reference: bool = True, batch_timeout_s: float | None = None) -> None:
         self.client = client
         self.name = name
         self.rubric = rubric
@@ -176,9 +222,12 @@ class JudgeReward:
                              max_score=max_score)
         self.failure_score = float(failure_score)
         self.include_reference = include_reference
+        if batch_timeout_s is not None and not batch_timeout_s > 0:
+            raise ValueError(f"batch_timeout_s must be > 0 seconds or None, got {batch_timeout_s!r}")
+        self.batch_timeout_s = batch_timeout_s
         self.cache = JudgeCache(cache_size)
         self._lock = threading.Lock()
-        self._counts = {"calls": 0, "failures": 0, "parse_failures": 0, "cache_hits": 0}
+        self._counts = {"calls": 0, "failures": 0, "timeouts": 0, "parse_failures": 0, "cache_hits": 0}
         self._latency = 0.0
         self._warned = False
 
@@ -192,7 +241,8 @@ class JudgeReward:
         return cls(build_client(entry, trainer_device=trainer_device), name=name or entry.default_name,
                    rubric=entry.rubric, parse=entry.parse, score_regex=entry.score_regex, json_key=entry.json_key,
                    min_score=entry.min_score, max_score=entry.max_score, failure_score=entry.failure_score,
-                   cache_size=entry.cache_size, include_reference=entry.include_reference)
+                   cache_size=entry.cache_size, include_reference=entry.include_reference,
+                   batch_timeout_s=entry.batch_timeout_s)
 
     def key(self, problem: Problem, completion: str) -> tuple:
         """The cache key of one judgement: ``(model, rubric, question, reference, answer)``."""
@@ -207,7 +257,8 @@ class JudgeReward:
                             parse=self.parse_kw["parse"], json_key=self.parse_kw["json_key"])
 
     def score(self, problems: Sequence[Problem], completions: Sequence[str]) -> torch.Tensor:
-        """Scores ``[N]`` in ``[0, 1]`` (float32; ``failure_score`` where the judgement failed).
+        """Scores ``[N]`` in ``[0, 1]`` (float32; ``failure_score`` where the judgement failed or was not
+        answered within ``batch_timeout_s`` of this call's start).
 
         Raises:
             ValueError: ``problems`` and ``completions`` differ in length.
@@ -220,20 +271,26 @@ class JudgeReward:
         for i, k in enumerate(keys):
             if out[i] is None and k not in todo:
                 todo[k] = i
+        deadline = None if self.batch_timeout_s is None else time.monotonic() + self.batch_timeout_s
         hits = len(keys) - len(todo)
         firsts = list(todo.values())
-        replies: list[JudgeReply] = (
-            self.client.complete_many([self.prompt(problems[i], completions[i]) for i in firsts]) if firsts else [])
+        replies: list[JudgeReply] = []
+        if firsts:
+            prompts = [self.prompt(problems[i], completions[i]) for i in firsts]
+            replies = (self.client.complete_many(prompts) if deadline is None
+                       else self.client.complete_many(prompts, deadline=deadline))
         seconds = sum(r.seconds for r in replies)
-        failures = parse_failures = 0
+        failures = parse_failures = timeouts = 0
         fresh: dict[tuple, float] = {}
         for i, reply in zip(firsts, replies):
             if reply.text is None:
                 failures += 1
-                self._warn_once(f"judge call failed ({reply.error})")
+                timeouts += bool(reply.timed_out)
+                why = f"batch_timeout_s={self.batch_timeout_s:g} s" if reply.timed_out else "judge call failed"
+                self._warn_once(f"{why} ({reply.error})")
                 fresh[keys[i]] = self.failure_score
                 continue
-            s = parse_score(reply.text, **self.parse_kw)
+            s = parse_score(reply.text, answer=completions[i], **self.parse_kw)
             if s is None:
                 parse_failures += 1
                 self._warn_once(f"judge reply holds no score in [{self.parse_kw['min_score']}, "
@@ -247,6 +304,7 @@ class JudgeReward:
             c = self._counts
             c["calls"] += len(firsts)
             c["failures"] += failures
+            c["timeouts"] += timeouts
             c["parse_failures"] += parse_failures
             c["cache_hits"] += hits
             self._latency += seconds
@@ -256,7 +314,8 @@ class JudgeReward:
         if not self._warned:
             self._warned = True
             warnings.warn(f"{self.name}: {text}; such judgements score failure_score and the run continues "
-                          f"(counted in {self.name}/failures and {self.name}/parse_failures)", stacklevel=3)
+                          f"(counted in {self.name}/failures, {self.name}/timeouts and {self.name}/parse_failures)",
+                          stacklevel=3)
 
     def pop_metrics(self) -> dict[str, float]:
         """The counters since the last call (see the class docstring), then reset."""
@@ -276,4 +335,4 @@ class JudgeReward:
 
 
 __all__ = ["ANSWER_TAG", "JudgeCache", "JudgeReward", "PROMPT_TEMPLATE", "escape_tags", "judge_prompt",
-           "parse_score"]
+           "parse_score", "strip_echo"]
