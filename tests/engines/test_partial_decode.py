@@ -70,11 +70,11 @@ def test_versions_and_behaviour_logprobs_switch_at_the_boundary(continuous):
             lp = torch.tensor(g.logprobs)
             lp_old, lp_new = recompute_logp(old, c, g.token_ids), recompute_logp(new, c, g.token_ids)
             k = min(n, BOUNDARY)
-            torch.testing.assert_close(lp[:k], lp_old[:k], atol=1e-5, rtol=0)
+            torch.testing.assert_close(lp[:k], lp_old[:k], atol=1e-4, rtol=0)  # fp32 KV decode vs a full forward: ~1e-5 apart
             assert not torch.allclose(lp[:k], lp_new[:k], atol=1e-3)  # the test can tell the versions apart
             if n > BOUNDARY:
                 spanned += 1
-                torch.testing.assert_close(lp[BOUNDARY:], lp_new[BOUNDARY:], atol=1e-5, rtol=0)
+                torch.testing.assert_close(lp[BOUNDARY:], lp_new[BOUNDARY:], atol=1e-4, rtol=0)  # fp32 KV decode vs a full forward: ~1e-5 apart
                 assert not torch.allclose(lp[BOUNDARY:], lp_old[BOUNDARY:], atol=1e-3)
     assert spanned >= 3  # rows really were in flight at the change
 

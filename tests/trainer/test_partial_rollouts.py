@@ -108,8 +108,8 @@ def test_versions_and_behaviour_logprobs_change_at_the_forced_boundary(tmp_path)
     new, _ = batch_logprobs(snaps[1], b, pad_token_id=tr.pad_token_id, rows_per_micro=8)
     before, after = mask & (t < BOUNDARY), mask & (t >= BOUNDARY)
     lp = b.sampler_logp  # (2) the behaviour log-probs are those of the weights that sampled each token
-    torch.testing.assert_close(lp[before], old[before], atol=1e-5, rtol=0)
-    torch.testing.assert_close(lp[after], new[after], atol=1e-5, rtol=0)
+    torch.testing.assert_close(lp[before], old[before], atol=1e-4, rtol=0)  # fp32 KV decode vs a full forward: ~1e-5 apart
+    torch.testing.assert_close(lp[after], new[after], atol=1e-4, rtol=0)  # fp32 KV decode vs a full forward: ~1e-5 apart
     assert (lp[after] - old[after]).abs().max() > 1e-3 and (lp[before] - new[before]).abs().max() > 1e-3
     m = metrics[1]
     assert m["streaming/partial/spanned_frac"] == pytest.approx(float((lens > BOUNDARY).float().mean()))
