@@ -32,11 +32,19 @@ REV = {"id": "rev", "prompt": "Print the input reversed.",
        "tests": [{"stdin": "abc\n", "stdout": "cba\n"}, {"stdin": "hidden-input\n", "stdout": "tupni-neddih\n", "hidden": True}]}
 CHECK = {"task_id": "H/0", "prompt": "def inc(x):\n", "entry_point": "inc",
          "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"}
+# a HumanEval row whose check calls a helper the prompt defines (as HumanEval/32's poly, /38, /50)
+HELPER = {"task_id": "H/poly", "entry_point": "root",
+          "prompt": "import math\n\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n\n"
+                    "def root(xs):\n    \"\"\"A zero of the linear polynomial xs.\"\"\"\n",
+          "test": "def check(candidate):\n    for xs in ([-2, 1], [3, -1], [5, 2]):\n"
+                  "        assert abs(poly(xs, candidate(list(xs)))) < 1e-9\n"}
 
 HONEST = {"add": "def add(a, b):\n    return a + b",
           "sorts": "def evens(xs):\n    return [x for x in xs if x % 2 == 0]",
           "rev": "print(input()[::-1])",
-          "H/0": "def inc(x):\n    return x + 1"}
+          "H/0": "def inc(x):\n    return x + 1",
+          # only the function asked for; it calls the prompt's helper, which the preamble supplies
+          "H/poly": "def root(xs):\n    x = -xs[0] / xs[1]\n    assert poly(xs, x) == 0\n    return x"}
 
 # name -> (program, backends it must hold under: "all", "bwrap", or "root" (bwrap, and local as root))
 HACKS: dict[str, tuple[str, str]] = {
@@ -149,7 +157,7 @@ def block(code: str) -> str:
 
 @pytest.fixture(scope="module", params=[BWRAP, "local"])
 def backend_task(request):
-    task, probs = make_task(request.param, [ADD, SORTS, REV, CHECK])
+    task, probs = make_task(request.param, [ADD, SORTS, REV, CHECK, HELPER])
     for uid, prob in probs.items():  # the honest programs pass: a hack's 0 then means the hack failed
         verdict = task.verify(prob, block(HONEST[uid]))
         assert verdict.score == 1.0, (uid, verdict.feedback)
@@ -167,6 +175,18 @@ def test_every_hack_scores_zero_on_every_function_problem(backend_task, hack):
         assert verdict.score == 0.0 and not verdict.correct, (hack, uid, verdict.feedback)
     if hack == "daemon_rewrites_later_runs":  # a later honest-looking wrong run must still fail
         assert task.verify(probs["add"], block("def add(a, b): return 0")).score == 0.0
+
+
+def test_a_program_cannot_redefine_the_helpers_the_check_calls(backend_task):
+    """HumanEval/32, /38 and /50 scored 1.0 with a program that redefined the prompt's helper (``poly``
+    answering 0, ``encode_cyclic`` as the identity): the check's name resolved to the program's global.
+    The prompt's code now runs in the judge, so the check calls the problem's helper."""
+    backend, task, probs = backend_task
+    for hack in ("def poly(xs, x): return 0.0\ndef root(xs): return 0.0",
+                 "import builtins\nbuiltins.poly = lambda *a: 0.0\ndef root(xs): return 0.0",
+                 "def root(xs):\n    global poly\n    poly = lambda *a: 0.0\n    return 0.0"):
+        verdict = task.verify(probs["H/poly"], block(hack))
+        assert verdict.score == 0.0 and not verdict.correct, (hack, verdict.feedback)
 
 
 @pytest.mark.parametrize("hack", sorted(IO_HACKS))
