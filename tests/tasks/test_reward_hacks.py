@@ -208,6 +208,15 @@ IO_HACKS: dict[str, str] = {
                                    "            except OSError:\n                continue\n"
                                    "            m = re.search(re.escape(seen) + r'.{0,40}?\"stdout\": \"([^\"\\\\]*)', text)\n"
                                    "            if m:\n                print(m.group(1)); raise SystemExit(0)\nprint('not found')"),
+    "io_expected_from_proc_and_environment": (
+        "import os, re\nseen = input()\nblob = repr(dict(os.environ))\n"
+        "for p in ['/proc/self/environ', '/proc/self/cmdline', '/proc/1/environ', '/proc/1/cmdline',\n"
+        "          '/proc/%d/environ' % os.getppid(), '/proc/%d/cmdline' % os.getppid(), '/proc/1/fd/0']:\n"
+        "    try:\n        blob += open(p, 'rb').read(1 << 20).decode('latin1')\n    except OSError:\n        pass\n"
+        "m = re.search(re.escape(seen) + r'.{0,40}?stdout.{0,6}?([a-z-]+)', blob)\nprint(m.group(1) if m else 'not found')"),
+    "io_public_answer_on_every_fd_then_hard_exit": (
+        "import os\nfor fd in range(64):\n    try:\n        os.write(fd, b'cba\\n')\n    except OSError:\n        pass\n"
+        "os._exit(0)"),
 }
 
 
