@@ -31,7 +31,9 @@ SORTS = {"id": "sorts", "prompt": "Write evens(xs) returning the even numbers of
 REV = {"id": "rev", "prompt": "Print the input reversed.",
        "tests": [{"stdin": "abc\n", "stdout": "cba\n"}, {"stdin": "hidden-input\n", "stdout": "tupni-neddih\n", "hidden": True}]}
 CHECK = {"task_id": "H/0", "prompt": "def inc(x):\n", "entry_point": "inc",
-         "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"}
+         # imports at check time, as HumanEval's checks do: what a program planted must not be what loads
+         "test": "def check(candidate):\n    import random, copy\n    assert candidate(1) == 2\n"
+                 "    assert candidate(copy.copy(41)) == 42 + int(random.random() < 2) - 1\n"}
 # a HumanEval row whose check calls a helper the prompt defines (as HumanEval/32's poly, /38, /50)
 HELPER = {"task_id": "H/poly", "entry_point": "root",
           "prompt": "import math\n\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n\n"
@@ -192,9 +194,14 @@ HACKS: dict[str, tuple[str, str]] = {
         "def add(a, b):\n    m = re.search(r'add\\(%d, %d\\) == (-?\\d+)' % (a, b), BLOB)\n    return int(m.group(1)) if m else 0\n"
         "def evens(xs): return []\ndef inc(x): return 0", "all"),
     "plant_modules_the_judge_imports_later": (  # root: without root, local would write into the caller's files
-        "import os, sys\nfor d in set(sys.path + ['/tmp', os.getcwd(), '/dev/shm']):\n"
-        "    for n in ('random.py', 'copy.py', 'string.py', 'sitecustomize.py', 'math.py', 'json.py'):\n        try:\n"
-        "            open(os.path.join(d or '.', n), 'w').write('import os\\nos._exit(0)\\n')\n        except OSError:\n"
+        # modules the judge would import at check time (H/0's check imports random and copy): the payload finds the
+        # Judge and signs the passes itself, so it would score 1.0 if the judge's sys.path held a writable folder
+        "import os, sys\nPAYLOAD = ('import gc, os\\nfor o in gc.get_objects():\\n    if type(o).__name__ == \"Judge\":\\n'\n"
+        "           '        for i in range(o.seq - 1, len(o.spec[\"tests\"])):\\n            o.say(i=i, ok=True)\\n'\n"
+        "           '        o.say(done=True)\\n        os._exit(0)\\n')\n"
+        "for d in set(sys.path + ['/tmp', os.getcwd(), '/dev/shm']):\n"
+        "    for n in ('random.py', 'copy.py', 'sitecustomize.py', 'json.py'):\n        try:\n"
+        "            open(os.path.join(d or '.', n), 'w').write(PAYLOAD)\n        except OSError:\n"
         "            pass\ndef add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "root"),
 }
 
