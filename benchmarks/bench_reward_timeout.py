@@ -1,9 +1,10 @@
 """Wall time to score a batch whose reward calls hang, by worker count (issue 12 item 9, issue 25 item 3).
 
-The batch has one deadline (``reward_timeout_s``), so it should take about one timeout however many
-calls hang (before issue 12: one timeout per hung call, in sequence), and a hung call costs only
-itself: the last rows mix hung calls among ones that answer, which must all be scored (before issue
-25, with one worker, every call queued after a hung one timed out too). The workers are started and
+Each call has its own deadline (``reward_timeout_s`` from when a worker takes it) and the batch is cut
+off at ``BATCH_DEADLINE_FACTOR`` (2) x ``reward_timeout_s``, so a batch takes at most about twice the
+timeout however many calls hang (before issue 12: one timeout per hung call, in sequence), and a hung
+call costs only itself: the last rows mix hung calls among ones that answer, which must all be scored
+(before issue 25, with one worker, every call queued after a hung one timed out too). The workers are started and
 warmed up first, so start-up is not timed.
 
     PYTHONPATH=src:tests python benchmarks/bench_reward_timeout.py   # → benchmarks/results/reward_timeout.json

@@ -124,6 +124,25 @@ def test_other_workers_shares_are_scored_while_one_hangs(tok):
         sc.close()
 
 
+def test_a_batch_ends_when_its_last_hung_call_is_cut_off_not_at_the_batch_deadline(tok):
+    """Two hung calls among six on one worker: the second hangs in a spare, cut off at its own deadline
+    (~0.3 s after the first). The batch then ended only at 2 x reward_timeout_s (6.0 s measured for 3 s),
+    since nothing woke the pool's wait; now it ends with the last call (~3.3 s)."""
+    t = 2.0
+    sc = Scorer(ScriptedTask(hang_s=60), tok, timeout_s=t, num_workers=1)
+    try:
+        sc.score(make_batch(tok, ["ok-0"]))  # the worker started and ready: start-up is not timed
+        b = make_batch(tok, ["hang-0", "ok-1", "ok-2", "ok-3", "ok-4", "hang-5"])
+        t0 = time.perf_counter()
+        with pytest.warns(UserWarning, match="reward_timeout_s"):
+            st = sc.score(b)
+        elapsed = time.perf_counter() - t0
+        assert st.timeouts == 2 and b.rewards.tolist() == [0.0, 0.5, 0.5, 0.5, 0.5, 0.0]
+        assert elapsed < 1.6 * t, f"the batch took {elapsed:.1f} s with reward_timeout_s={t} (its deadline: {2 * t:g} s)"
+    finally:
+        sc.close()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_n_hung_calls_take_about_one_timeout_not_n(tok, workers):
     """Issue 12 item 9: 12 hung calls with a 1 s timeout took ≥ 12 s one at a time; now ≈ 1 s (bound 6 s)."""

@@ -31,6 +31,7 @@ def _check(*overrides: str, recipe: str | None = None) -> None:
     (["env.type=rlvr.envs:NoSuchEnv"], ["env.type", "has no attribute 'NoSuchEnv'"]),
     (["env.type=singel"], ["env.type: unknown name 'singel'", "did you mean 'single'"]),
     (["env.type=feedback", "env.max_retrys=2"], ["env.max_retrys", "takes no argument", "max_retries"]),
+    (["env.type=tools", "env.max_tool_call=3"], ["env.max_tool_call", "takes no argument", "max_tool_calls"]),
     (["sampler=multiturn"], ["sampler: multiturn needs an environment"]),
     (["env.type=single", "sampler=tree"], ["sampler: tree", "IB-TPO", "no tree to fork"]),
     (["env.type=single", "sampler=feedback"], ["sampler: feedback", "env.type=feedback"]),

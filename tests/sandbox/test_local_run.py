@@ -57,14 +57,20 @@ def drop_box():
 def daemon_program(box: str) -> str:
     """Double fork + setsid + ``execve`` with an empty environment; the daemon writes its pid (the
     program prints its folder and that pid), then
-    for 5 s rewrites every ``solution.py`` it finds under /tmp and writes ``cwd-N`` files in its old
-    working directory."""
+    for 5 s rewrites the ``solution.py`` of every later local run (``/tmp/rlvr-sandbox-*``) and writes
+    ``cwd-N`` files in its old working directory.
+
+    Only a file holding the later run's marker ``wrong`` is rewritten, and nothing else under /tmp is
+    touched: the non-root test runs this daemon as the real root, and its first version wrote a
+    ``solution.py`` into every folder of the shared /tmp (other sessions' included) before it was killed."""
     daemon = ("import os, time\nopen(%r + '/pid', 'w').write(str(os.getpid()))\n"
               "for fd in (0, 1, 2):\n    os.close(fd)\n"
               "for i in range(250):\n"
               "    for n in os.listdir('/tmp'):\n"
               "        p = os.path.join('/tmp', n, 'solution.py')\n"
-              "        try:\n            open(p, 'w').write('def add(a, b): return a + b')\n"
+              "        try:\n"
+              "            if n.startswith('rlvr-sandbox-') and open(p).read() == 'wrong':\n"
+              "                open(p, 'w').write('def add(a, b): return a + b')\n"
               "        except OSError:\n            pass\n"
               "    try:\n        open('cwd-%%d' %% i, 'w').write('x')\n    except OSError:\n        pass\n"
               "    time.sleep(0.02)\n") % box

@@ -31,12 +31,22 @@ SORTS = {"id": "sorts", "prompt": "Write evens(xs) returning the even numbers of
 REV = {"id": "rev", "prompt": "Print the input reversed.",
        "tests": [{"stdin": "abc\n", "stdout": "cba\n"}, {"stdin": "hidden-input\n", "stdout": "tupni-neddih\n", "hidden": True}]}
 CHECK = {"task_id": "H/0", "prompt": "def inc(x):\n", "entry_point": "inc",
-         "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"}
+         # imports at check time, as HumanEval's checks do: what a program planted must not be what loads
+         "test": "def check(candidate):\n    import random, copy\n    assert candidate(1) == 2\n"
+                 "    assert candidate(copy.copy(41)) == 42 + int(random.random() < 2) - 1\n"}
+# a HumanEval row whose check calls a helper the prompt defines (as HumanEval/32's poly, /38, /50)
+HELPER = {"task_id": "H/poly", "entry_point": "root",
+          "prompt": "import math\n\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n\n"
+                    "def root(xs):\n    \"\"\"A zero of the linear polynomial xs.\"\"\"\n",
+          "test": "def check(candidate):\n    for xs in ([-2, 1], [3, -1], [5, 2]):\n"
+                  "        assert abs(poly(xs, candidate(list(xs)))) < 1e-9\n"}
 
 HONEST = {"add": "def add(a, b):\n    return a + b",
           "sorts": "def evens(xs):\n    return [x for x in xs if x % 2 == 0]",
           "rev": "print(input()[::-1])",
-          "H/0": "def inc(x):\n    return x + 1"}
+          "H/0": "def inc(x):\n    return x + 1",
+          # only the function asked for; it calls the prompt's helper, which the preamble supplies
+          "H/poly": "def root(xs):\n    x = -xs[0] / xs[1]\n    assert poly(xs, x) == 0\n    return x"}
 
 # name -> (program, backends it must hold under: "all", "bwrap", or "root" (bwrap, and local as root))
 HACKS: dict[str, tuple[str, str]] = {
@@ -122,6 +132,77 @@ HACKS: dict[str, tuple[str, str]] = {
         "                        if os.path.exists(p):\n                            open(p, 'w').write('def add(a, b): return a + b')\n"
         "                except OSError:\n                    pass\n            time.sleep(0.05)\n    os._exit(0)\n"
         "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "root"),
+    # --- found by the 2026-12-07 attack pass; each scored 0 on bwrap and local before any change ---
+    "ctypes_patch_type_slots": (
+        "import ctypes, gc\nfor t in (int, list, str, bool):\n    d = gc.get_referents(t.__dict__)[0]\n"
+        "    d['__eq__'] = lambda a, b: True\n    d['__bool__'] = lambda a: True\n"
+        "    ctypes.pythonapi.PyType_Modified(ctypes.py_object(t))\n"
+        "for o in gc.get_objects():\n    if isinstance(o, dict) and 'len' in o and 'bool' in o:\n"
+        "        o['bool'] = lambda *a: True; o['len'] = lambda *a: 0; o['sorted'] = lambda *a, **k: [2, 4]\n"
+        "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "all"),
+    "objects_with_custom_dunders": (
+        "class V:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\n    __repr__ = lambda s: '3'\n"
+        "    __reduce__ = lambda s: (int, (3,))\n    __index__ = __int__ = lambda s: 3\n    __bool__ = lambda s: True\n"
+        "    __len__ = lambda s: 0\n"
+        "def add(a, b): return V()\ndef evens(xs): return [V(), V()]\ndef inc(x): return {V(): V()}", "all"),
+    "subclasses_overriding_iter_and_index": (
+        "class I(int):\n    __eq__ = lambda s, o: True\n    __index__ = __int__ = lambda s: 999\n"
+        "class L(list):\n    __eq__ = lambda s, o: True\n    __iter__ = lambda s: iter([2, 4])\n    __len__ = lambda s: 0\n"
+        "def add(a, b): return I(0)\ndef evens(xs): return L([])\ndef inc(x): return I(0)", "all"),
+    "base_exceptions_from_del_and_atexit": (
+        "import atexit, os\nclass D:\n    def __del__(s): raise KeyboardInterrupt\natexit.register(lambda: os._exit(0))\n"
+        "def add(a, b):\n    D()\n    raise SystemExit(0)\ndef evens(xs):\n    raise KeyboardInterrupt\n"
+        "def inc(x):\n    raise type('E', (BaseException,), {})('pass')", "all"),
+    "fake_pass_on_every_fd_then_hard_exit": (
+        "import os, json\nLINES = b''.join(b'%s %d %s\\n' % (b'0' * 64, i, json.dumps(x).encode()) for i, x in enumerate(\n"
+        "    [{'loaded': True}] + [{'i': k, 'ok': True} for k in range(3)] + [{'done': True}])) + b'PASSED\\n'\n"
+        "def spray():\n    for fd in range(64):\n        try:\n            os.write(fd, LINES)\n        except OSError:\n            pass\n"
+        "    for d in ['/proc/self/fd', '/proc/%d/fd' % os.getppid(), '/proc/1/fd']:\n        try:\n"
+        "            for n in os.listdir(d):\n                try:\n"
+        "                    f = os.open(d + '/' + n, os.O_WRONLY | os.O_NONBLOCK); os.write(f, LINES); os.close(f)\n"
+        "                except OSError:\n                    pass\n        except OSError:\n            pass\n"
+        "spray()\ndef add(a, b):\n    spray(); os._exit(0)\nevens = inc = add", "all"),
+    "trace_profile_and_audit_hooks": (
+        "import sys, threading\ndef tr(frame, event, arg):\n    return tr\n"
+        "sys.settrace(tr); sys.setprofile(lambda *a: None); threading.settrace(tr)\n"
+        "sys.addaudithook(lambda ev, args: None)\n"
+        "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "all"),
+    "signal_the_judge_and_pid_1": (
+        "import os, signal, time\ndef add(*a):\n    pp = os.getppid()\n"
+        "    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):\n"
+        "        for pid in (pp, 1):\n            try:\n                os.kill(pid, s)\n            except OSError:\n                pass\n"
+        "    try:\n        os.kill(pp, signal.SIGSTOP); time.sleep(0.05); os.kill(pp, signal.SIGCONT)\n    except OSError:\n"
+        "        pass\n    return 0\nevens = inc = add", "all"),
+    "thread_floods_the_answer_pipe": (
+        "import json, os, struct, threading\nMSG = json.dumps({'value': True}).encode()\nMSG = struct.pack('>I', len(MSG)) + MSG\n"
+        "def flood():\n    for _ in range(200):\n        for fd in range(3, 64):\n            try:\n"
+        "                os.write(fd, MSG)\n            except OSError:\n                pass\n"
+        "threading.Thread(target=flood, daemon=True).start()\n"
+        "def add(a, b):\n    flood()\n    return [0]\nevens = inc = add", "all"),
+    "patch_json_struct_and_sys_modules": (
+        "import json, sys, types, pickle, marshal\nreal = json.dumps\n"
+        "json.dumps = lambda o, **k: real({'value': True} if isinstance(o, dict) and ('value' in o or 'raised' in o) else o, **k)\n"
+        "pickle.dumps = marshal.dumps = lambda *a, **k: b''\nfake = types.ModuleType('json')\nfake.dumps, fake.loads = json.dumps, json.loads\n"
+        "for n in ('json', 'struct', 'builtins', 'hmac', 'hashlib', 'subprocess', 'ast', 'math'):\n    sys.modules[n] = fake\n"
+        "def add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "all"),
+    "read_environment_and_proc": (
+        "import os, re\nblob = [repr(dict(os.environ))]\n"
+        "for p in ['/proc/self/environ', '/proc/self/cmdline', '/proc/%d/environ' % os.getppid(),\n"
+        "          '/proc/%d/cmdline' % os.getppid(), '/proc/1/environ', '/proc/1/cmdline', '/proc/%d/fd/0' % os.getppid(),\n"
+        "          '/proc/1/fd/0', 'main.py']:\n    try:\n        blob.append(open(p, 'rb').read(1 << 20).decode('latin1'))\n"
+        "    except OSError:\n        pass\nBLOB = '\\n'.join(blob)\n"
+        "def add(a, b):\n    m = re.search(r'add\\(%d, %d\\) == (-?\\d+)' % (a, b), BLOB)\n    return int(m.group(1)) if m else 0\n"
+        "def evens(xs): return []\ndef inc(x): return 0", "all"),
+    "plant_modules_the_judge_imports_later": (  # root: without root, local would write into the caller's files
+        # modules the judge would import at check time (H/0's check imports random and copy): the payload finds the
+        # Judge and signs the passes itself, so it would score 1.0 if the judge's sys.path held a writable folder
+        "import os, sys\nPAYLOAD = ('import gc, os\\nfor o in gc.get_objects():\\n    if type(o).__name__ == \"Judge\":\\n'\n"
+        "           '        for i in range(o.seq - 1, len(o.spec[\"tests\"])):\\n            o.say(i=i, ok=True)\\n'\n"
+        "           '        o.say(done=True)\\n        os._exit(0)\\n')\n"
+        "for d in set(sys.path + ['/tmp', os.getcwd(), '/dev/shm']):\n"
+        "    for n in ('random.py', 'copy.py', 'sitecustomize.py', 'json.py'):\n        try:\n"
+        "            open(os.path.join(d or '.', n), 'w').write(PAYLOAD)\n        except OSError:\n"
+        "            pass\ndef add(a, b): return 0\ndef evens(xs): return []\ndef inc(x): return 0", "root"),
 }
 
 IO_HACKS: dict[str, str] = {
@@ -134,6 +215,15 @@ IO_HACKS: dict[str, str] = {
                                    "            except OSError:\n                continue\n"
                                    "            m = re.search(re.escape(seen) + r'.{0,40}?\"stdout\": \"([^\"\\\\]*)', text)\n"
                                    "            if m:\n                print(m.group(1)); raise SystemExit(0)\nprint('not found')"),
+    "io_expected_from_proc_and_environment": (
+        "import os, re\nseen = input()\nblob = repr(dict(os.environ))\n"
+        "for p in ['/proc/self/environ', '/proc/self/cmdline', '/proc/1/environ', '/proc/1/cmdline',\n"
+        "          '/proc/%d/environ' % os.getppid(), '/proc/%d/cmdline' % os.getppid(), '/proc/1/fd/0']:\n"
+        "    try:\n        blob += open(p, 'rb').read(1 << 20).decode('latin1')\n    except OSError:\n        pass\n"
+        "m = re.search(re.escape(seen) + r'.{0,40}?stdout.{0,6}?([a-z-]+)', blob)\nprint(m.group(1) if m else 'not found')"),
+    "io_public_answer_on_every_fd_then_hard_exit": (
+        "import os\nfor fd in range(64):\n    try:\n        os.write(fd, b'cba\\n')\n    except OSError:\n        pass\n"
+        "os._exit(0)"),
 }
 
 
@@ -149,7 +239,7 @@ def block(code: str) -> str:
 
 @pytest.fixture(scope="module", params=[BWRAP, "local"])
 def backend_task(request):
-    task, probs = make_task(request.param, [ADD, SORTS, REV, CHECK])
+    task, probs = make_task(request.param, [ADD, SORTS, REV, CHECK, HELPER])
     for uid, prob in probs.items():  # the honest programs pass: a hack's 0 then means the hack failed
         verdict = task.verify(prob, block(HONEST[uid]))
         assert verdict.score == 1.0, (uid, verdict.feedback)
@@ -167,6 +257,18 @@ def test_every_hack_scores_zero_on_every_function_problem(backend_task, hack):
         assert verdict.score == 0.0 and not verdict.correct, (hack, uid, verdict.feedback)
     if hack == "daemon_rewrites_later_runs":  # a later honest-looking wrong run must still fail
         assert task.verify(probs["add"], block("def add(a, b): return 0")).score == 0.0
+
+
+def test_a_program_cannot_redefine_the_helpers_the_check_calls(backend_task):
+    """HumanEval/32, /38 and /50 scored 1.0 with a program that redefined the prompt's helper (``poly``
+    answering 0, ``encode_cyclic`` as the identity): the check's name resolved to the program's global.
+    The prompt's code now runs in the judge, so the check calls the problem's helper."""
+    backend, task, probs = backend_task
+    for hack in ("def poly(xs, x): return 0.0\ndef root(xs): return 0.0",
+                 "import builtins\nbuiltins.poly = lambda *a: 0.0\ndef root(xs): return 0.0",
+                 "def root(xs):\n    global poly\n    poly = lambda *a: 0.0\n    return 0.0"):
+        verdict = task.verify(probs["H/poly"], block(hack))
+        assert verdict.score == 0.0 and not verdict.correct, (hack, verdict.feedback)
 
 
 @pytest.mark.parametrize("hack", sorted(IO_HACKS))

@@ -141,7 +141,7 @@ class RLConfig(StrictModel):
     max_consecutive_nonfinite: int = Field(5, ge=1)
     max_idle_rounds: int = Field(10, ge=1)  # rounds in a row without an update → checkpoint, exit 3 (Trainer.train)
     reward_errors_fatal: bool = False
-    reward_timeout_s: float = Field(30.0, ge=0)  # one deadline per batch of reward calls (hung calls cost only themselves); 0 = none
+    reward_timeout_s: float = Field(30.0, ge=0)  # seconds per reward call, from when a worker takes it; a batch is cut off at 2x; 0 = none
     reward_num_workers: int = Field(1, ge=1)  # verifier worker processes (used when reward_timeout_s > 0 or > 1)
     # reward components summed by weight (rlvr.config.rewards, docs/rewards.md); empty: the verifier alone
     rewards: list[RewardConfig] = Field(default_factory=list)

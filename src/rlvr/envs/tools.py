@@ -8,6 +8,8 @@
 * Each call runs in its own daemon thread with ``tool_timeout_s``; an exception, a timeout, an
   unknown tool or an unparseable call becomes a ``tool`` message saying so (counted in
   ``info["tool_errors"]``), never a crash. Output longer than ``max_output_chars`` is cut, with a note.
+* At most ``max_tool_calls`` calls run per episode (every tool; a ``python`` call starts a sandbox): a
+  call past it is not run and gets a ``tool`` message saying the limit was reached (a tool error).
 * The episode ends when the model answers without a tool call (the task's verifier scores that
   answer) or at ``env.max_turns`` (reward 0: no answer was given).
 
@@ -184,16 +186,23 @@ class ToolEnv(TaskEnv):
         tool_timeout_s: seconds one call may run (> 0).
         max_output_chars: a tool's output (or error) longer than this is cut to it, with a note saying
             how much was left out.
+        max_tool_calls: tool calls run per episode (``None``: no cap). A parsed call of a known tool
+            past it is not run (no sandbox starts for ``python``); its ``tool`` message says so and it
+            counts in ``tool_errors``. Calls that fail to parse or name an unknown tool never run and do
+            not count. Interpretation (issue 37): the ``python`` tool's ``max_concurrent`` bounds the
+            sandboxes at once, this bounds them per episode, so a policy cannot buy compute with calls.
 
     Raises:
         ValueError / UnknownNameError / transformers' ``TypeHintParsingException`` /
-        ``DocstringParsingException``: no tools, an unknown tool or parser, a tool without a schema.
+        ``DocstringParsingException``: no tools, an unknown tool or parser, a tool without a schema, a
+        ``max_tool_calls`` that is not an integer >= 1 or null (the key is named).
     """
 
     observation_roles: tuple[str, ...] = ("tool",)
 
     def __init__(self, task: Any, system_prompt: str | None = None, tools: Sequence[Any] = ("calculator",),
-                 parser: str = "hermes", tool_timeout_s: float = 5.0, max_output_chars: int = 1000) -> None:
+                 parser: str = "hermes", tool_timeout_s: float = 5.0, max_output_chars: int = 1000,
+                 max_tool_calls: int | None = 16) -> None:
         from transformers.utils import get_json_schema
 
         super().__init__(task, system_prompt)
@@ -201,11 +210,21 @@ class ToolEnv(TaskEnv):
             raise ValueError(f"env.tools must be a non-empty list of tools, got {tools!r}")
         if not tool_timeout_s > 0 or int(max_output_chars) < 1:
             raise ValueError("env.tool_timeout_s must be > 0 and env.max_output_chars >= 1")
+        if max_tool_calls is not None and (isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int)
+                                           or max_tool_calls < 1):
+            raise ValueError(f"env.max_tool_calls must be an integer >= 1 (or null: no cap), got {max_tool_calls!r}")
         self.functions = {fn.__name__: fn for fn in map(_resolve_tool, tools)}
         self.tools = [get_json_schema(fn) for fn in self.functions.values()]
         self.parse = TOOL_PARSERS[parser]
         self.tool_timeout_s = float(tool_timeout_s)
         self.max_output_chars = int(max_output_chars)
+        self.max_tool_calls = max_tool_calls
+        self.calls_run = 0  # tool calls run in this episode (reset by reset())
+
+    def reset(self, problem: Any) -> list[dict[str, Any]]:
+        """Start an episode: the task's prompt, and a fresh ``max_tool_calls`` budget."""
+        self.calls_run = 0
+        return super().reset(problem)
 
     def _cut(self, text: str) -> str:
         if len(text) <= self.max_output_chars:
@@ -223,7 +242,12 @@ class ToolEnv(TaskEnv):
                 outs[i] = f"Error: {c.error}"
             elif c.name not in self.functions:
                 outs[i] = f"Error: unknown tool {c.name!r} (tools: {', '.join(self.functions)})"
+            elif self.max_tool_calls is not None and self.calls_run >= self.max_tool_calls:
+                outs[i] = (f"Error: tool call limit reached: this episode already ran {self.calls_run} tool calls "
+                           f"(env.max_tool_calls={self.max_tool_calls}), so this {c.name!r} call was not run; "
+                           "answer without a tool call")
             else:
+                self.calls_run += 1
                 jobs.append((i, c))
         errors = len(calls) - len(jobs)
         results = call_many([(lambda fn=self.functions[c.name], kw=c.arguments: fn(**kw), (), deadline) for _, c in jobs])

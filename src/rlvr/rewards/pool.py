@@ -299,6 +299,10 @@ class VerifierPool:
                     results[self._workers[j]["item"][0]] = (0.0, False, None, ("Timeout", timeout_text))
                 if overdue:
                     self._replace(*overdue)
+                    # re-check the loop: when that was the last call, nothing else would wake the wait
+                    # below before the batch deadline (a killed spare sends no "ready"), so a batch whose
+                    # hung calls had all been cut off at their own deadlines still waited 2 x timeout_s
+                    continue
                 for w in self._workers:  # hand a call to every free worker
                     if queue and w is not None and w["ready"] and w["item"] is None:
                         w["item"], w["since"] = queue.popleft(), now

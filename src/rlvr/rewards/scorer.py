@@ -4,9 +4,10 @@ A reward function that raises or returns a non-number must not kill a run that h
 hours (a known complaint: TRL PR 4567, open-r1 PR 546): that completion scores 0, a counter increments, and
 the run continues — unless ``fatal`` is set.
 
-A reward function that *hangs* is cut off by running the verifiers in worker processes, with one
-deadline per batch in which a hung call costs only itself: :mod:`rlvr.rewards.pool`. Without a timeout
-and with one worker, scoring stays in-process.
+A reward function that *hangs* is cut off by running the verifiers in worker processes: each call has
+its own deadline (``timeout_s`` from when a worker takes it), a hung call costs only itself, and the
+batch is cut off at :data:`~rlvr.rewards.pool.BATCH_DEADLINE_FACTOR` x ``timeout_s``
+(:mod:`rlvr.rewards.pool`). Without a timeout and with one worker, scoring stays in-process.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ class Scorer:
         task: a :class:`rlvr.tasks.Task`.
         tokenizer: decodes completion ids to text (special tokens skipped).
         fatal: re-raise verifier errors (and timeouts, as :class:`RewardError`) instead of scoring 0.
-        timeout_s: seconds every call of a batch must be answered in (one deadline per batch: a batch
-            takes at most about ``timeout_s``); 0 = no limit. With a limit, or with
+        timeout_s: seconds one call may run once a worker took it (each call its own deadline; a call
+            past it scores 0 as a timeout); the whole batch is cut off at ``BATCH_DEADLINE_FACTOR`` (2) x
+            ``timeout_s`` from the first worker being ready, and calls unanswered then are timeouts too;
+            0 = no limit. With a limit, or with
             ``num_workers > 1``, verifiers run in a :class:`VerifierPool` (started on first use). A
             task that cannot be pickled is scored in-process instead, with a warning (no limit then).
         num_workers: worker processes for the pool.

@@ -116,9 +116,28 @@ def _imports(prompt: str) -> str:
     return "".join(ln + "\n" for ln in prompt.splitlines() if ln.startswith(("import ", "from ")))
 
 
+def _prompt_setup(prompt: str, entry_point: str) -> str:
+    """A HumanEval prompt's own code other than the function to write: its imports, helper functions
+    (HumanEval/32's ``poly``, /38's ``encode_cyclic``) and constants, as source.
+
+    It is prepended to the program (so a solution that calls ``poly`` finds it) and run by the judge
+    as trusted problem code (so the check's ``poly`` is the problem's, not one the program redefines to
+    answer 0). Interpretation: every top-level statement but the entry point's ``def``; a prompt that
+    does not parse falls back to its import lines.
+    """
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return _imports(prompt)
+    body = [n for n in tree.body if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                         and n.name == entry_point)]
+    return ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n" if body else ""
+
+
 def problem_from_row(row: dict[str, Any], uid: str, where: str) -> Problem:
     """A :class:`Problem` from one row (rlvr, HumanEval or MBPP format); ``metadata`` holds
-    ``tests``, ``entry_point`` and ``preamble`` (HumanEval's imports, prepended to the program).
+    ``tests``, ``entry_point``, ``preamble`` (prepended to the program) and ``setup`` (problem code the
+    judge runs before the tests; both are a HumanEval prompt's imports and helpers, else empty).
 
     Raises:
         DataError: a missing or malformed field (names ``where`` and the test number).
@@ -141,8 +160,9 @@ def problem_from_row(row: dict[str, Any], uid: str, where: str) -> Problem:
             raise DataError(f"{where}: a HumanEval row needs string 'prompt', 'test' and 'entry_point'")
         question = ("Complete this Python function; give the whole function in a ```python block.\n"
                     f"```python\n{row['prompt']}```")
+        setup = _prompt_setup(row["prompt"], row["entry_point"])
         meta = {"tests": [{"kind": "check", "code": row["test"], "hidden": True}], "entry_point": row["entry_point"],
-                "preamble": _imports(row["prompt"])}
+                "preamble": setup, "setup": setup}
     else:
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             fields = ", ".join(map(str, row)) or "none"
@@ -243,7 +263,7 @@ class CodeTask:
         if tests[0]["kind"] == "io":
             outcome = run_io_tests(program, tests, self.options)
         else:
-            outcome = run_assert_tests(program, tests, meta.get("entry_point"), self.options)
+            outcome = run_assert_tests(program, tests, meta.get("entry_point"), self.options, meta.get("setup", ""))
         solved = outcome.passed == outcome.total
         score = float(solved) if self.options.scoring == "all_pass" else outcome.passed / outcome.total
         fb = feedback_for(outcome, tests, self.options, meta.get("entry_point"))

@@ -102,18 +102,20 @@ def _last_exception(stderr: str) -> tuple[str, str]:
     return (m.group(1).rsplit(".", 1)[-1], (m.group(2) or "")[:300]) if m else ("Error", "")
 
 
-def run_assert_tests(code: str, tests: list[dict[str, Any]], entry_point: str | None, cfg: Any) -> Outcome:
+def run_assert_tests(code: str, tests: list[dict[str, Any]], entry_point: str | None, cfg: Any,
+                     setup: str = "") -> Outcome:
     """Run the assert-style (and ``test_code``) ``tests`` of one program in one sandbox run, through the
     judge/candidate harness (:mod:`rlvr.tasks.harness`): the tests and their expected values never
     enter the program's process, results are compared as plain values by the judge, and only
-    HMAC-signed report lines count.
+    HMAC-signed report lines count. ``setup`` is the problem's own code (HumanEval's prompt helpers),
+    run by the judge before the tests; a name it binds is the problem's, never the program's.
 
     Raises:
         SandboxFailure: the backend could not run the harness, or the harness itself failed (it could
             not protect itself, a test's own code failed, a test passes a value it cannot send).
     """
     key = new_key()
-    stdin = judge_stdin(key, tests, entry_point, cfg.timeout_s, cfg.output_bytes)
+    stdin = judge_stdin(key, tests, entry_point, cfg.timeout_s, cfg.output_bytes, setup)
     res = sandbox_run(judge_program(), stdin=stdin, files={"solution.py": code},
                       timeout_s=cfg.timeout_s * (len(tests) + 1) + 1.0, **_limits(cfg))
     if res.status == "sandbox_error":

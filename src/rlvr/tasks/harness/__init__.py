@@ -53,7 +53,7 @@ def new_key() -> bytes:
 
 
 def judge_stdin(key: bytes, tests: list[dict[str, Any]], entry_point: str | None, per_test_s: float,
-                max_bytes: int) -> bytes:
+                max_bytes: int, setup: str = "") -> bytes:
     """What the judge reads from stdin: the key in hex, a newline, then the spec as JSON.
 
     Args:
@@ -63,9 +63,11 @@ def judge_stdin(key: bytes, tests: list[dict[str, Any]], entry_point: str | None
         entry_point: the function the program must define (``None``: no check).
         per_test_s: wall-clock seconds per test (and for loading the program).
         max_bytes: the largest answer the judge reads from the candidate.
+        setup: the problem's own code (HumanEval's prompt helpers such as ``poly``), run by the judge
+            before the candidate starts; the names it binds resolve to the judge's copies in the tests.
     """
     spec = {"tests": [{k: t[k] for k in ("expr", "code", "hidden") if k in t} for t in tests],
-            "entry_point": entry_point, "per_test_s": per_test_s, "max_bytes": max_bytes,
+            "entry_point": entry_point, "per_test_s": per_test_s, "max_bytes": max_bytes, "setup": setup,
             "candidate": candidate_program()}
     return key.hex().encode() + b"\n" + json.dumps(spec).encode()
 

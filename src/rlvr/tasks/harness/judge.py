@@ -9,12 +9,15 @@ has touched. In order:
    harness failure and runs nothing.
 2. Reads the HMAC key and the spec (tests, entry point, limits, the candidate's source) from stdin
    until EOF — before any candidate code exists, so nothing else can read them.
-3. Compiles the tests, imports the standard-library modules they name and runs the tests' own code
-   (HumanEval's ``def check``), still before the candidate starts.
+3. Compiles the tests, imports the standard-library modules they name and runs the problem's setup
+   code (HumanEval's prompt helpers) and the tests' own code (HumanEval's ``def check``), still
+   before the candidate starts.
 4. Starts the candidate (:mod:`rlvr.tasks.harness.candidate`) with stdin/stdout on ``/dev/null``, as
    uid 65534 when the judge is root, and talks to it over two pipes. Each name a test uses resolves,
    in order: the entry point → the candidate; a builtin → the judge's own; a standard-library module
-   → the judge's import; any other name → the candidate's global of that name.
+   → the judge's import; a name the setup code binds → the judge's (so a program that redefines
+   HumanEval/32's ``poly`` to answer 0 does not change the check's); any other name → the
+   candidate's global of that name.
 5. Evaluates each test here. A call of a candidate function sends only its arguments; what comes back
    is decoded into plain values (:mod:`rlvr.tasks.harness.wire`), so ``==``, ``bool``, ``sorted`` and
    every other operation of the test are the judge's. An object that is not a plain value comes back
@@ -324,8 +327,8 @@ class Judge:
     def run(self):
         """Everything after the spec was read: compile, start the candidate, test, report."""
         spec, per_test = self.spec, float(self.spec["per_test_s"])
-        tests = spec["tests"]
-        trees = []
+        tests, setup = spec["tests"], spec.get("setup") or ""
+        trees = [_ast.parse(setup)] if setup else []
         for t in tests:
             if t.get("code") is not None:
                 trees.append(_ast.parse(t["code"]))
@@ -333,6 +336,13 @@ class Judge:
                 t["tree"] = _ast.parse(t["expr"], mode="eval").body
                 trees.append(t["tree"])
         ns = self.namespace(trees)
+        if setup:
+            try:
+                exec(compile(setup, "setup", "exec"), ns)
+            except Exception as exc:  # noqa: BLE001 - the data set's own code failed: not the program's fault
+                return self.say(i=-1, harness="the problem's setup code failed before the program ran: %s: %s"
+                                % (type(exc).__name__, str(exc)[:200]))
+            self.remote_names = {n for n in self.remote_names if n == self.entry or n not in ns}
         for k, t in enumerate(tests):
             if t.get("code") is not None:
                 try:
