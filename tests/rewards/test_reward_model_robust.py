@@ -119,7 +119,7 @@ def test_a_long_input_is_truncated_to_the_models_position_table():
     model = GPT2ForSequenceClassification(GPT2Config(
         vocab_size=len(tok), n_positions=32, n_embd=32, n_layer=1, n_head=2, num_labels=1,
         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
-    with pytest.warns(UserWarning, match="max_length=1024 is more than the reward model takes \\(32 tokens\\)"):
+    with pytest.warns(UserWarning, match=r"max_length=1024 is more than the reward model takes \(32 tokens"):
         r = RewardModelReward(model, tok, failure_score=-9.0)
     assert r.max_length == 32
     long = "step " * 100
@@ -150,7 +150,8 @@ def test_batch_timeout_s_and_failure_score_are_reward_model_keys():
                                   "batch_timeout_s: 5, failure_score: -2.5}]"])
     r = RewardModelReward.from_config(cfg.rewards[0])
     assert (r.batch_timeout_s, r.failure_score) == (5.0, -2.5)
-    cfg = build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, batch_timeout_s: null}]"])
+    cfg = build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, "
+                                  "batch_timeout_s: null}]"])
     assert cfg.rewards[0].batch_timeout_s is None
     with pytest.raises(ConfigError, match=r"rewards\[0\].batch_timeout_s"):
         build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, batch_timeout_s: 0}]"])

@@ -223,4 +223,5 @@ def check_reward_list(entries: list[RewardConfig], has_mixture: bool) -> None:
             raise ValueError(f"rewards[{i}].sources names task-mixture sources, but task.mixture is not set")
 
 
-__all__ = ["DEFAULT_BATCH_TIMEOUT_S", "DEFAULT_RUBRIC", "DEFAULT_SCORE_REGEX", "RewardConfig", "check_reward_list"]
+__all__ = ["DEFAULT_BATCH_TIMEOUT_S", "DEFAULT_RUBRIC", "DEFAULT_SCORE_REGEX", "RewardConfig",
+           "check_reward_list"]

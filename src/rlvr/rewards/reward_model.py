@@ -219,10 +219,11 @@ class RewardModelReward:
                 break
             try:
                 scores = self._forward([enc[i] for i in rows])
-            except Exception as exc:  # noqa: BLE001 - OOM, a refused input, a head's error: this mini-batch only
+            except Exception as exc:  # noqa: BLE001 - an OOM, a refused input, a head's error
                 self._release_cache()
                 failures += len(rows)
-                self._warn_once(f"a forward of {len(rows)} rows raised {type(exc).__name__}: {str(exc)[:200]}")
+                self._warn_once(f"a forward of {len(rows)} rows raised {type(exc).__name__}: "
+                                f"{str(exc)[:200]}")
                 continue
             bad = ~torch.isfinite(scores)
             if bool(bad.any()):
@@ -257,8 +258,9 @@ class RewardModelReward:
     def _warn_once(self, text: str) -> None:
         if not self._warned:
             self._warned = True
-            warnings.warn(f"{self.name}: {text}; such rows score failure_score={self.failure_score:g} and the run "
-                          f"continues (counted in {self.name}/failures and {self.name}/timeouts)", stacklevel=3)
+            warnings.warn(f"{self.name}: {text}; such rows score failure_score={self.failure_score:g} and "
+                          f"the run continues (counted in {self.name}/failures and {self.name}/timeouts)",
+                          stacklevel=3)
 
     def _scalar(self, res: Any) -> torch.Tensor:
         score = getattr(res, "score", None)
