@@ -22,15 +22,21 @@ from rlvr.config.sections import StrictModel
 COMMON_KEYS = frozenset({"type", "weight", "name", "sources"})
 """Keys every entry reads."""
 
-LEARNED_KEYS = frozenset({"device", "batch_size", "normalize", "correct_threshold"})
+LEARNED_KEYS = frozenset({"device", "batch_size", "normalize", "correct_threshold", "failure_score",
+                          "batch_timeout_s"})
 """Keys of the learned types (``reward_model``, ``judge``)."""
+
+DEFAULT_BATCH_TIMEOUT_S = 300.0
+"""``batch_timeout_s`` of both learned types: the seconds one batch's scoring may take. One value for the
+judge and the reward model, so that a step's learned scoring is bounded the same way whichever scores it
+(the reasons for 300 s: :class:`rlvr.rewards.reward_model.RewardModelReward`)."""
 
 MODEL_LOAD_KEYS = frozenset({"name_or_path", "revision", "trust_remote_code", "dtype"})
 """Keys of an in-process model (``reward_model``; ``judge`` with ``client: hf``)."""
 
 REWARD_MODEL_KEYS = frozenset({"max_length", "label_index"})
 JUDGE_KEYS = frozenset({"client", "rubric", "parse", "score_regex", "json_key", "min_score", "max_score",
-                        "failure_score", "cache_size", "max_new_tokens", "include_reference", "batch_timeout_s"})
+                        "cache_size", "max_new_tokens", "include_reference"})
 OPENAI_KEYS = frozenset({"base_url", "model", "api_key_env", "timeout_s", "max_retries", "backoff_s",
                          "max_concurrency"})
 
@@ -70,21 +76,26 @@ class RewardConfig(StrictModel):
       against the running mean / std of every score so far, kept in checkpoints).
     * ``correct_threshold``: a row no verifier scores counts as correct when this component's raw score is
       ≥ it (default: the judge's 0.5 on its [0, 1] scale; a reward model's ``None``: never).
+    * ``failure_score``: the raw score of a row this component failed to score (default 0.0; the judge's
+      [0, 1] scale, the reward model's own).
+    * ``batch_timeout_s``: the total seconds one batch's scoring may take (default 300; ``null``: no total
+      bound); the rows not scored by then score ``failure_score`` and count in ``<name>/timeouts`` and
+      ``<name>/failures``. The judge keeps it over every call, retry and wait; the reward model checks it
+      between its mini-batches of ``batch_size`` rows.
 
     ``reward_model``: ``name_or_path`` (required; ``tiny`` builds a random test classifier), ``revision``,
     ``trust_remote_code`` (e.g. ArmoRM's custom head), ``dtype`` (``auto``: bf16 on CUDA, fp32 on CPU),
-    ``max_length`` (tokens of prompt + completion, truncated from the left), ``label_index`` (the logit
-    read when the head has several and the model gives no ``score``).
+    ``max_length`` (tokens of prompt + completion, truncated from the left; capped at the model's own
+    limit when it is longer), ``label_index`` (the logit read when the head has several and the model gives
+    no ``score``). A mini-batch whose forward raises (a device OOM, a bad input) scores ``failure_score``
+    and counts in ``<name>/failures``; the step goes on.
 
     ``judge``: ``client`` (``openai``: an OpenAI-compatible ``/v1/chat/completions`` server, e.g. ``vllm
     serve``; ``hf``: an in-process causal LM, greedy), ``rubric``, ``parse`` (``regex`` with
     ``score_regex``'s first group, or ``json`` with ``json_key``), ``min_score`` / ``max_score`` (the
-    judge's scale, mapped to [0, 1]; a score outside it is a parse failure), ``failure_score`` (what a
-    failed or unparseable judgement scores, on the [0, 1] scale), ``cache_size`` (judgements remembered,
-    0 = none), ``max_new_tokens``, ``include_reference`` (show the problem's reference answer),
-    ``batch_timeout_s`` (the total seconds one batch's judging may take, every call, retry and wait
-    included; the judgements not answered by then score ``failure_score`` and count in
-    ``<name>/timeouts`` and ``<name>/failures``; default 300; ``null``: no total bound). With
+    judge's scale, mapped to [0, 1]; a score outside it is a parse failure, scoring ``failure_score`` like
+    a failed call), ``cache_size`` (judgements remembered, 0 = none), ``max_new_tokens``,
+    ``include_reference`` (show the problem's reference answer). With
     ``client: openai``: ``base_url`` (ending in ``/v1``) and ``model`` (required), ``api_key_env`` (the
     environment variable holding the key; never logged), ``timeout_s`` (per HTTP call), ``max_retries``,
     ``backoff_s`` (first retry's wait, doubling), ``max_concurrency`` (calls in flight). With
@@ -101,6 +112,8 @@ class RewardConfig(StrictModel):
     batch_size: int = Field(8, ge=1)
     normalize: Literal["none", "group", "running"] = "none"
     correct_threshold: float | None = None
+    failure_score: float = 0.0
+    batch_timeout_s: float | None = Field(DEFAULT_BATCH_TIMEOUT_S, gt=0)
     # an in-process model
     name_or_path: str | None = None
     revision: str | None = None
@@ -117,11 +130,9 @@ class RewardConfig(StrictModel):
     json_key: str = "score"
     min_score: float = 0.0
     max_score: float = 10.0
-    failure_score: float = 0.0
     cache_size: int = Field(10_000, ge=0)
     max_new_tokens: int = Field(256, ge=1)
     include_reference: bool = True
-    batch_timeout_s: float | None = Field(300.0, gt=0)
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -212,4 +223,5 @@ def check_reward_list(entries: list[RewardConfig], has_mixture: bool) -> None:
             raise ValueError(f"rewards[{i}].sources names task-mixture sources, but task.mixture is not set")
 
 
-__all__ = ["DEFAULT_RUBRIC", "DEFAULT_SCORE_REGEX", "RewardConfig", "check_reward_list"]
+__all__ = ["DEFAULT_BATCH_TIMEOUT_S", "DEFAULT_RUBRIC", "DEFAULT_SCORE_REGEX", "RewardConfig",
+           "check_reward_list"]

@@ -215,9 +215,9 @@ class CombinedScorer:
         return raw
 
     def round_metrics(self) -> dict[str, float]:
-        """Each learned component's counters since the last call (``<name>/calls``, the judge's
-        ``<name>/failures``, ``timeouts``, ``parse_failures``, ``cache_hits``, ``latency_s``; the reward model's
-        ``<name>/seconds``), ``timing/rewards/<name>_s`` and, with ``normalize: running``,
+        """Each learned component's counters since the last call (``<name>/calls``, ``<name>/failures``
+        and ``timeouts``; the judge's ``parse_failures``, ``cache_hits``, ``latency_s``; the reward model's
+        ``seconds``), ``timing/rewards/<name>_s`` and, with ``normalize: running``,
         ``rewards/<name>/running_mean`` and ``running_std``."""
         m: dict[str, float] = {}
         for i, comp in self.learned.items():
