@@ -136,9 +136,9 @@ def test_defaults_keep_normal_scoring_and_report_zero_failures(rm):
     model, tok = rm
     cfg = build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, device: cpu}]"])
     e = cfg.rewards[0]
-    assert e.batch_timeout_s == 300.0 and e.failure_score == 0.0
+    assert e.batch_timeout_s == 300.0 and e.resolved_failure_score == "batch_min"
     r = RewardModelReward.from_config(e)
-    assert r.batch_timeout_s == 300.0 and r.failure_score == 0.0 and r.max_length == 1024
+    assert r.batch_timeout_s == 300.0 and r.failure_score == "batch_min" and r.max_length == 1024
     assert r.score([P] * 3, TEXTS[:3]).tolist() == pytest.approx(unbatched(r, TEXTS[:3]), abs=1e-5)
     m = r.pop_metrics()
     assert (m["reward_model/calls"], m["reward_model/failures"], m["reward_model/timeouts"]) == (3, 0, 0)
@@ -169,3 +169,43 @@ def test_bad_constructor_arguments_are_refused_by_name(rm):
         RewardModelReward(model, tok, batch_timeout_s=0)
     with pytest.raises(ValueError, match="failure_score must be a finite number"):
         RewardModelReward(model, tok, failure_score=float("nan"))
+
+
+def test_batch_min_default_never_lets_a_failed_row_outscore_a_scored_one(rm, monkeypatch):
+    """With the default ``batch_min`` a row whose mini-batch raised scores the lowest score of the rows that
+    were scored (a reward model's scale is its own: a fixed 0.0 would beat its negative scores, paying a
+    policy for breaking the scorer); when nothing was scored every row gets 0.0."""
+    model, tok = rm
+    r = RewardModelReward(model, tok, batch_size=1)
+    want = unbatched(r, TEXTS[:4])
+    real = r._forward
+    calls = {"n": 0}
+
+    def flaky(seqs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated OOM")
+        return real(seqs)
+
+    monkeypatch.setattr(r, "_forward", flaky)
+    got = r.score([P] * 4, TEXTS[:4]).tolist()
+    failed = [i for i in range(4) if abs(got[i] - want[i]) > 1e-5]
+    assert len(failed) == 1
+    scored = [want[i] for i in range(4) if i not in failed]
+    assert got[failed[0]] == pytest.approx(min(scored), abs=1e-6)
+    monkeypatch.setattr(r, "_forward", lambda seqs: (_ for _ in ()).throw(RuntimeError("down")))
+    assert r.score([P] * 2, TEXTS[:2]).tolist() == [0.0, 0.0]
+
+
+def test_failure_score_values_are_checked_per_type():
+    from rlvr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="batch_min is the reward model's"):
+        build_config(overrides=["rewards=[{type: verifier}, {type: judge, base_url: 'http://x/v1', model: m, "
+                                "failure_score: batch_min}]"])
+    with pytest.raises(ConfigError, match="failure_score"):
+        build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, failure_score: .nan}]"])
+    cfg = build_config(overrides=["rewards=[{type: reward_model, name_or_path: tiny, failure_score: -5}]"])
+    assert cfg.rewards[0].resolved_failure_score == -5.0
+    cfg = build_config(overrides=["rewards=[{type: verifier}, {type: judge, base_url: 'http://x/v1', model: m}]"])
+    assert cfg.rewards[1].resolved_failure_score == 0.0

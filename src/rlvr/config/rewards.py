@@ -12,6 +12,7 @@ so that an error names the key as written (``rewards[1].batch_siz: unknown key; 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -76,8 +77,10 @@ class RewardConfig(StrictModel):
       against the running mean / std of every score so far, kept in checkpoints).
     * ``correct_threshold``: a row no verifier scores counts as correct when this component's raw score is
       ≥ it (default: the judge's 0.5 on its [0, 1] scale; a reward model's ``None``: never).
-    * ``failure_score``: the raw score of a row this component failed to score (default 0.0; the judge's
-      [0, 1] scale, the reward model's own).
+    * ``failure_score``: the raw score of a row this component failed to score: the judge's default 0.0
+      (the bottom of its [0, 1] scale); the reward model's default ``batch_min``, the lowest score it gave
+      in that batch (its scale is its own, so a fixed value could pay the policy for a failure); a number
+      for either.
     * ``batch_timeout_s``: the total seconds one batch's scoring may take (default 300; ``null``: no total
       bound); the rows not scored by then score ``failure_score`` and count in ``<name>/timeouts`` and
       ``<name>/failures``. The judge keeps it over every call, retry and wait; the reward model checks it
@@ -112,7 +115,7 @@ class RewardConfig(StrictModel):
     batch_size: int = Field(8, ge=1)
     normalize: Literal["none", "group", "running"] = "none"
     correct_threshold: float | None = None
-    failure_score: float = 0.0
+    failure_score: float | Literal["batch_min"] | None = None
     batch_timeout_s: float | None = Field(DEFAULT_BATCH_TIMEOUT_S, gt=0)
     # an in-process model
     name_or_path: str | None = None
@@ -151,6 +154,13 @@ class RewardConfig(StrictModel):
         return COMMON_KEYS | LEARNED_KEYS | JUDGE_KEYS | client
 
     @property
+    def resolved_failure_score(self) -> float | str:
+        """``failure_score``, or the type's default (judge 0.0, reward model ``batch_min``)."""
+        if self.failure_score is not None:
+            return self.failure_score
+        return "batch_min" if self.type == "reward_model" else 0.0
+
+    @property
     def resolved_threshold(self) -> float | None:
         """``correct_threshold``, or the type's default (judge 0.5, otherwise None)."""
         if self.correct_threshold is not None or "correct_threshold" in self.model_fields_set:
@@ -164,6 +174,11 @@ class RewardConfig(StrictModel):
         if stray:
             raise ValueError(f"key {', '.join(stray)} is not read by type: {kind} (it reads "
                              f"{', '.join(sorted(self.allowed_keys()))})")
+        if self.type == "judge" and self.failure_score == "batch_min":
+            raise ValueError("failure_score: batch_min is the reward model's; a judge's failure_score is a number "
+                             "on its [0, 1] scale (default 0.0, the bottom)")
+        if isinstance(self.failure_score, float) and not math.isfinite(self.failure_score):
+            raise ValueError(f"failure_score must be a finite number, got {self.failure_score!r}")
         needs = []
         if self.type == "reward_model" or (self.type == "judge" and self.client == "hf"):
             needs = ["name_or_path"]

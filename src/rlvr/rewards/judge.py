@@ -240,7 +240,8 @@ class JudgeReward:
         """
         return cls(build_client(entry, trainer_device=trainer_device), name=name or entry.default_name,
                    rubric=entry.rubric, parse=entry.parse, score_regex=entry.score_regex, json_key=entry.json_key,
-                   min_score=entry.min_score, max_score=entry.max_score, failure_score=entry.failure_score,
+                   min_score=entry.min_score, max_score=entry.max_score,
+                   failure_score=entry.resolved_failure_score,
                    cache_size=entry.cache_size, include_reference=entry.include_reference,
                    batch_timeout_s=entry.batch_timeout_s)
 

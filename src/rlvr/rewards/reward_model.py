@@ -83,9 +83,12 @@ class RewardModelReward:
         label_index: the logit read when the head has several and there is no ``score``.
         system_prompt: the run's system prompt (a mixture problem's own wins, as for the policy).
         failure_score: the raw score of a row not scored (deadline passed, forward raised, non-finite
-            score). Default 0.0 as for the judge; a reward model's scale is its own, so set it at or below
-            the scores the model usually gives (e.g. its low end on a few rollouts), or a failed row earns
-            more than a scored one. It enters ``normalize`` like any score.
+            score): a number, or ``"batch_min"`` (the default): the lowest score of the rows this call did
+            score (0.0 when it scored none). Why that default: a reward model's scale is its own (many give
+            mostly negative scores), so any fixed value can pay a policy for making the scorer fail, e.g.
+            by answers long enough to be cut by the deadline, and a failed row must never outscore a scored
+            one (interpretation: the reward-hacking rule; the judge's fixed 0.0 is the bottom of its [0, 1]
+            scale, so it has the same property). It enters ``normalize`` like any score.
         batch_timeout_s: the total seconds one :meth:`score` call may take (rendering, tokenising and
             every forward), checked before each mini-batch: the rows of the mini-batches not started by
             then score ``failure_score`` and count in ``<name>/timeouts``. A forward cannot be stopped from
@@ -110,14 +113,16 @@ class RewardModelReward:
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "reward_model", batch_size: int = 8,
                  max_length: int = 1024, label_index: int = 0, system_prompt: str | None = None,
-                 failure_score: float = 0.0,
+                 failure_score: float | str = "batch_min",
                  batch_timeout_s: float | None = DEFAULT_BATCH_TIMEOUT_S) -> None:
         if int(batch_size) < 1:
             raise ValueError(f"{name}: batch_size must be >= 1, got {batch_size!r}")
         if batch_timeout_s is not None and not batch_timeout_s > 0:
             raise ValueError(f"{name}: batch_timeout_s must be > 0 seconds or None, got {batch_timeout_s!r}")
-        if not math.isfinite(failure_score):
-            raise ValueError(f"{name}: failure_score must be a finite number, got {failure_score!r}")
+        if failure_score != "batch_min" and (isinstance(failure_score, str)
+                                             or not math.isfinite(failure_score)):
+            raise ValueError(f"{name}: failure_score must be a finite number or 'batch_min', got "
+                             f"{failure_score!r}")
         num_labels = getattr(getattr(model, "config", None), "num_labels", None)
         if isinstance(num_labels, int) and label_index >= num_labels:
             raise ValueError(f"{name}: label_index={label_index} but the model's head has {num_labels} "
@@ -135,7 +140,7 @@ class RewardModelReward:
             self.max_length = limit
         self.label_index = int(label_index)
         self.system_prompt = system_prompt
-        self.failure_score = float(failure_score)
+        self.failure_score: float | str = failure_score if failure_score == "batch_min" else float(failure_score)
         self.batch_timeout_s = batch_timeout_s
         if getattr(tokenizer, "pad_token_id", None) is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -175,7 +180,7 @@ class RewardModelReward:
         model = model.to(device=device, dtype=dtype)
         return cls(model, tok, name=name or entry.default_name, batch_size=entry.batch_size,
                    max_length=entry.max_length, label_index=entry.label_index, system_prompt=system_prompt,
-                   failure_score=entry.failure_score, batch_timeout_s=entry.batch_timeout_s)
+                   failure_score=entry.resolved_failure_score, batch_timeout_s=entry.batch_timeout_s)
 
     @property
     def device(self) -> torch.device:
@@ -206,7 +211,8 @@ class RewardModelReward:
         texts = [self.render(p, c) for p, c in zip(problems, completions)]
         enc = [self.tokenizer(t, add_special_tokens=False)["input_ids"][-self.max_length:] for t in texts]
         order = sorted(range(len(enc)), key=lambda i: len(enc[i]))
-        out = torch.full((len(enc),), self.failure_score, dtype=torch.float32)
+        out = torch.zeros(len(enc), dtype=torch.float32)
+        ok = torch.zeros(len(enc), dtype=torch.bool)  # rows this call scored
         failures = timeouts = 0
         for s in range(0, len(order), self.batch_size):
             rows = order[s:s + self.batch_size]
@@ -229,14 +235,21 @@ class RewardModelReward:
             if bool(bad.any()):
                 failures += int(bad.sum())
                 self._warn_once(f"{int(bad.sum())} non-finite scores (dtype overflow?)")
-                scores = torch.where(bad, torch.full_like(scores, self.failure_score), scores)
             out[rows] = scores
+            ok[rows] = ~bad
+        out[~ok] = self._failure_value(out[ok])
         with self._lock:
             self._counts["calls"] += len(texts)
             self._counts["failures"] += failures
             self._counts["timeouts"] += timeouts
             self._seconds += time.perf_counter() - t0
         return out
+
+    def _failure_value(self, scored: torch.Tensor) -> float:
+        """The score of a failed row, given the ``[k]`` scores of the rows this call scored."""
+        if self.failure_score != "batch_min":
+            return float(self.failure_score)
+        return float(scored.min()) if scored.numel() else 0.0
 
     def _forward(self, seqs: list[list[int]]) -> torch.Tensor:
         """Scores ``[len(seqs)]`` (float32, CPU) of token-id lists, right-padded into one forward."""
@@ -258,7 +271,7 @@ class RewardModelReward:
     def _warn_once(self, text: str) -> None:
         if not self._warned:
             self._warned = True
-            warnings.warn(f"{self.name}: {text}; such rows score failure_score={self.failure_score:g} and "
+            warnings.warn(f"{self.name}: {text}; such rows score failure_score={self.failure_score} and "
                           f"the run continues (counted in {self.name}/failures and {self.name}/timeouts)",
                           stacklevel=3)
 
