@@ -50,6 +50,9 @@ def _resume_target(cfg, mode: str):
             print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
     else:
         ckpt = Path(mode)
+        if not ckpt.exists():  # a typo of auto/force lands here too: say what the value may be
+            raise ConfigError(f"--resume {mode}: no such checkpoint folder (expected auto, force or the path of "
+                              f"a checkpoint-N folder, e.g. {Path(cfg.logging.output_dir) / 'checkpoint-10'})")
         if not (ckpt / STATE_FILE).exists() and not (ckpt / ".complete").exists():
             raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
         problems = checkpoint_problems(ckpt)
