@@ -1,0 +1,100 @@
+"""What a first-time user ran into following the README (the newcomer pass): a mistyped ``--resume`` path,
+a judge ``base_url`` with no host, a mixture layered on a recipe with a task section, and the ``time``
+column of ``metrics.jsonl`` restarting at 0 on ``--resume``. Each config error exits 2 before any model
+loads and names the key and what was expected."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr.config import build_config
+from rlvr.errors import ConfigError
+
+from cli_fixtures import TINY, no_model_loads, train_tiny  # noqa: F401 (no_model_loads: a fixture)
+
+
+def test_resume_path_that_does_not_exist_says_so(tmp_path, capsys, no_model_loads):
+    missing = tmp_path / "run" / "checkpoint-99"
+    code = train_tiny(tmp_path, "--resume", str(missing))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "no such checkpoint folder" in err and str(missing) in err, err
+    assert "auto, force" in err, err  # a typo of auto/force is a path too: the message names the choices
+
+
+def test_resume_typo_of_force_is_named(tmp_path, capsys, no_model_loads):
+    code = train_tiny(tmp_path, "--resume", "froce")
+    err = capsys.readouterr().err
+    assert code == 2 and "--resume froce: no such checkpoint folder" in err, err
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("http://", "names no host"),
+    ("http://:8000/v1", "names no host"),
+    ("http://127.0.0.1:99999/v1", "invalid port"),
+    ("http://127.0.0.1:0/v1", "invalid port"),
+    ("http://judge host:8000/v1", "whitespace"),
+])
+def test_judge_base_url_without_a_usable_host_is_refused(tmp_path, url, needle):
+    f = tmp_path / "judge.yaml"
+    f.write_text("rewards:\n  - {type: verifier}\n"
+                 f"  - {{type: judge, client: openai, base_url: '{url}', model: m}}\n")
+    with pytest.raises(ConfigError) as e:
+        build_config([f], TINY)
+    msg = str(e.value)
+    assert "rewards[1]" in msg and needle in msg and repr(url) in msg, msg
+
+
+def test_judge_base_url_that_is_fine_is_accepted(tmp_path):
+    f = tmp_path / "judge.yaml"
+    f.write_text("rewards:\n  - {type: verifier}\n"
+                 "  - {type: judge, client: openai, base_url: 'https://api.example.com/v1', model: m}\n")
+    cfg = build_config([f], TINY)
+    assert cfg.rewards[1].base_url == "https://api.example.com/v1"
+
+
+def test_mixture_on_a_recipe_with_a_task_section_says_how_out(tmp_path):
+    f = tmp_path / "mix.yaml"
+    f.write_text("task:\n  mixture:\n"
+                 "    - {type: testbed, label: easy, config: {min_level: 6, max_level: 7}}\n"
+                 "    - {type: testbed, label: hard, config: {min_level: 8, max_level: 9}}\n")
+    with pytest.raises(ConfigError) as e:
+        build_config(["testbed", f])
+    msg = str(e.value)
+    assert "task.type" in msg and "set beside task.mixture" in msg, msg
+    assert "recipe" in msg and "grpo" in msg, msg  # the way out is named, not only the keys
+    # and the way out works: the same mixture on grpo with the model named in the file
+    f2 = tmp_path / "mix2.yaml"
+    f2.write_text("model: {name_or_path: testbed}\n" + f.read_text())
+    cfg = build_config(["grpo", f2])
+    assert [m.label for m in cfg.task.mixture] == ["easy", "hard"]
+
+
+def test_metrics_time_goes_on_after_resume(tmp_path):
+    from rlvr.trainer.logger import RunLogger
+
+    first = RunLogger(tmp_path, 4, tensorboard=False, progress=False)
+    first.log(1, {"reward/mean": 0.5})
+    first.log(2, {"reward/mean": 0.5})
+    first.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows[-1]["time"] = 1000.0  # the first process trained for 1000 s
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    resumed = RunLogger(tmp_path, 4, start_step=2, tensorboard=False, progress=False)
+    resumed.log(3, {"reward/mean": 0.5})
+    resumed.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert 1000.0 <= rows[-1]["time"] < 1000.0 + 60, rows[-1]
+
+
+def test_metrics_time_of_a_fresh_run_starts_near_zero(tmp_path):
+    from rlvr.trainer.logger import RunLogger
+
+    lg = RunLogger(tmp_path, 2, tensorboard=False, progress=False)
+    lg.log(1, {"reward/mean": 0.5})
+    lg.close()
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert 0.0 <= row["time"] < 60, row
