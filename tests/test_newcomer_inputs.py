@@ -98,3 +98,35 @@ def test_metrics_time_of_a_fresh_run_starts_near_zero(tmp_path):
     lg.close()
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert 0.0 <= row["time"] < 60, row
+
+
+def test_rlvr_warnings_print_as_one_line_without_source_code(tmp_path):
+    """A judge that cannot be reached printed ``.../combine.py:171: UserWarning: judge: ...`` and then the
+    line ``raw = self.learned[i].score(...)``: it read like a crash. rlvr's warnings now print as
+    ``rlvr: warning: ...``; the tiny run's over-long prompts give one (``samplers/group.py``)."""
+    import os
+    import subprocess
+    import sys
+
+    import rlvr
+
+    src = os.path.dirname(os.path.dirname(rlvr.__file__))
+    env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "-m", "rlvr", "train", *TINY, "max_steps=1",
+                        f"logging.output_dir={tmp_path / 'run'}"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "rlvr: warning: prompt of problem" in p.stderr, p.stderr
+    assert "UserWarning" not in p.stderr and "contexts = [" not in p.stderr, p.stderr
+
+
+def test_other_warnings_keep_pythons_format():
+    import warnings
+
+    from rlvr.cli.app import _format_warning
+
+    text = _format_warning(UserWarning("x"), UserWarning, "/elsewhere/lib.py", 3, line="y = 1")
+    assert text == warnings._formatwarning_orig(UserWarning("x"), UserWarning, "/elsewhere/lib.py", 3, "y = 1")
+    import rlvr.rewards.combine as combine
+
+    assert _format_warning(UserWarning("judge down"), UserWarning, combine.__file__, 171) == "rlvr: warning: judge down\n"
