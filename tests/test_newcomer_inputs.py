@@ -130,3 +130,16 @@ def test_other_warnings_keep_pythons_format():
     import rlvr.rewards.combine as combine
 
     assert _format_warning(UserWarning("judge down"), UserWarning, combine.__file__, 171) == "rlvr: warning: judge down\n"
+
+
+def test_compare_out_that_is_a_file_exits_2_naming_it(tmp_path, capsys, no_model_loads):
+    from rlvr import cli
+
+    f = tmp_path / "cmp"
+    f.write_text("my notes\n")
+    code = cli.main(["compare", "--arm", "grpo", "--arm", "dr_grpo", "--seeds", "0", "--budget", "rollouts=64",
+                     "--common", "testbed", "--out", str(f)])
+    err = capsys.readouterr().err
+    assert code == 2, err  # was exit 1 with 'File exists: ...' from mkdir
+    assert "--out" in err and str(f) in err and "is a file" in err, err
+    assert f.read_text() == "my notes\n"  # nothing overwritten
