@@ -143,3 +143,29 @@ def test_compare_out_that_is_a_file_exits_2_naming_it(tmp_path, capsys, no_model
     assert code == 2, err  # was exit 1 with 'File exists: ...' from mkdir
     assert "--out" in err and str(f) in err and "is a file" in err, err
     assert f.read_text() == "my notes\n"  # nothing overwritten
+
+
+def test_resume_past_max_steps_is_refused_not_a_silent_final(tmp_path, capsys):
+    """A run stopped at step 2 and resumed with max_steps=1 wrote final/ from step 2's weights and said
+    'finished 2 steps; last: {}' (exit 0). It is refused now, naming the step and the ways on."""
+    assert train_tiny(tmp_path, "max_steps=2", "save_steps=1") == 0
+    import shutil
+
+    shutil.rmtree(tmp_path / "run" / "final")  # as a run stopped by Ctrl-C after its checkpoint-2 leaves it
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    code = train_tiny(tmp_path, "max_steps=1", "save_steps=1", "--resume")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "checkpoint-2 is at step 2, past max_steps=1" in err and "max_steps=3" in err, err
+    assert not (tmp_path / "run" / "final").exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before  # nothing written or dropped
+
+
+def test_resume_at_exactly_max_steps_still_finishes_the_run(tmp_path):
+    assert train_tiny(tmp_path, "max_steps=2", "save_steps=1") == 0
+    import shutil
+
+    shutil.rmtree(tmp_path / "run" / "final")
+    assert train_tiny(tmp_path, "max_steps=2", "save_steps=1", "--resume") == 0
+    assert (tmp_path / "run" / "final").is_dir()
