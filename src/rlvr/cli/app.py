@@ -25,6 +25,25 @@ def _on_sigterm(signum, frame):  # noqa: ARG001
     raise _Terminated()
 
 
+_RLVR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001
+    """rlvr's own warnings as one line, ``rlvr: warning: <message>``; others as Python formats them.
+
+    Python's default shows the caller's path, line number and source line (e.g. ``combine.py:171:
+    UserWarning: judge: judge call failed ...`` and then ``raw = self.learned[i].score(...)``), which reads
+    like a crash to a user; rlvr's warnings are written to stand alone. Only the printed text changes: the
+    filters (``once``) still decide what is shown, and recorded warnings (``catch_warnings(record=True)``,
+    pytest) never reach this. Interpretation: presentation only."""
+    if issubclass(category, UserWarning) and os.path.abspath(str(filename)).startswith(_RLVR_DIR):
+        return f"rlvr: warning: {message}\n"
+    return _python_format_warning(message, category, filename, lineno, line)
+
+
+_python_format_warning = warnings.formatwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code (see the module docstring)."""
     import signal
@@ -37,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "plot" and "HF_HUB_OFFLINE" not in os.environ:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     warnings.filterwarnings("once", category=UserWarning)
+    old_format, warnings.formatwarning = warnings.formatwarning, _format_warning
     handlers = {"train": cmd_train, "eval": cmd_eval, "eval-merge": cmd_eval_merge, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare,
                 "doctor": cmd_doctor}
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
@@ -67,5 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlvr: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
         return 143 if term else 130
     finally:
+        warnings.formatwarning = old_format
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)

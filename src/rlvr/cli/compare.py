@@ -98,6 +98,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         if args.stop_after is not None and args.jobs > 1:
             raise ConfigError("rlvr compare --stop-after needs --jobs 1 (one run at a time is checkpointed)")
+        from rlvr.trainer.run_dir import check_writable_dir
+
+        # a file or an unwritable folder: exit 2 naming it (it was 'File exists: runs/x', exit 1, from mkdir)
+        check_writable_dir(spec.output_dir, key="--out" if args.out else "output_dir")
         _check_arms(spec)
         run_compare(spec, log=lambda m: print(m, file=sys.stderr, flush=True), jobs=args.jobs,
                     stop_after_s=args.stop_after)

@@ -50,12 +50,21 @@ def _resume_target(cfg, mode: str):
             print(f"rlvr: resuming from the previous whole checkpoint, {ckpt}", file=sys.stderr)
     else:
         ckpt = Path(mode)
+        if not ckpt.exists():  # a typo of auto/force lands here too: say what the value may be
+            raise ConfigError(f"--resume {mode}: no such checkpoint folder (expected auto, force or the path of "
+                              f"a checkpoint-N folder, e.g. {Path(cfg.logging.output_dir) / 'checkpoint-10'})")
         if not (ckpt / STATE_FILE).exists() and not (ckpt / ".complete").exists():
             raise ConfigError(f"--resume {mode}: not an rlvr checkpoint folder (no {STATE_FILE})")
         problems = checkpoint_problems(ckpt)
         if problems:
             raise ConfigError(f"--resume {mode}: the checkpoint is incomplete or corrupt:\n  " + "\n  ".join(problems))
     _check_checkpoint_kind(ckpt, cfg)
+    step = json.loads((ckpt / STATE_FILE).read_text()).get("global_step")
+    if isinstance(step, int) and step > cfg.max_steps:  # it would write final/ at step N > max_steps, saying nothing
+        raise ConfigError(
+            f"--resume: {ckpt} is at step {step}, past max_steps={cfg.max_steps}: nothing to train. Raise max_steps "
+            f"to continue (e.g. max_steps={step + max(cfg.max_steps, 1)}), or train on from its weights in a new folder "
+            f"with model.name_or_path={ckpt} logging.output_dir=NEW_DIR")
     if mode != "force":
         saved = json.loads((ckpt / STATE_FILE).read_text())
         changed = resume_differences(saved, cfg)

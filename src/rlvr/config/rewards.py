@@ -191,6 +191,8 @@ class RewardConfig(StrictModel):
             raise ValueError(f"device must be trainer, cpu, cuda or cuda:N, got {self.device!r}")
         if self.base_url is not None and not re.match(r"https?://", self.base_url):
             raise ValueError(f"base_url must start with http:// or https:// (got {self.base_url!r})")
+        if self.base_url is not None:
+            _check_url_host(self.base_url)
         if self.type == "judge":
             if not self.min_score < self.max_score:
                 raise ValueError(f"min_score={self.min_score} must be < max_score={self.max_score}")
@@ -208,6 +210,30 @@ class RewardConfig(StrictModel):
     def default_name(self) -> str:
         """The name when ``name`` is unset (the verifier's is the task's, resolved by the scorer)."""
         return self.name or self.type
+
+
+def _check_url_host(url: str) -> None:
+    """Refuse a judge ``base_url`` that names no host or an impossible port (``http://``, ``http://:8000/v1``,
+    ``http://host:99999/v1``): such a URL passes the scheme check, and without this every judge call of the
+    run would fail at run time (scored ``failure_score``) instead of the config being refused up front.
+
+    Raises:
+        ValueError: naming the URL and what is wrong with it.
+    """
+    from urllib.parse import urlsplit
+
+    if any(c.isspace() for c in url):
+        raise ValueError(f"base_url {url!r} contains whitespace (expected e.g. http://127.0.0.1:8000/v1)")
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"base_url {url!r} names no host (expected e.g. http://127.0.0.1:8000/v1)")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"base_url {url!r} has an invalid port (expected 1-65535, e.g. "
+                         "http://127.0.0.1:8000/v1)")
 
 
 def check_reward_list(entries: list[RewardConfig], has_mixture: bool) -> None:

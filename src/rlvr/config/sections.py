@@ -231,7 +231,11 @@ class TaskConfig(StrictModel):
                        if k in defaults and getattr(self, k) != defaults[k].get_default(call_default_factory=True))
         if stray:
             raise ValueError(f"task.{', task.'.join(stray)} set beside task.mixture: with a mixture each entry is a "
-                             "full task section of its own; move these keys into the entries")
+                             "full task section of its own; move these keys into the entries. If you did not set "
+                             "them, a recipe or file given before yours did (e.g. testbed, demo): a later file "
+                             "cannot unset keys, so layer the mixture on a recipe without a task section (grpo, "
+                             "dapo, ...) and copy the other keys you need (model.name_or_path, lengths, batch "
+                             "sizes) into your file")
         if self.curriculum is None or self.curriculum.weights_by_step is None:
             if not sum(e.weight for e in self.mixture) > 0:
                 raise ValueError("task.mixture: at least one entry needs weight > 0")

@@ -53,6 +53,23 @@ def drop_rows_after(path: Path, step: int) -> None:
     tmp.replace(path)
 
 
+def _last_time(path: Path) -> float:
+    """The ``"time"`` of the last row of a ``metrics.jsonl`` (0 when the file is missing, empty or the row has
+    none), so the rows of a resumed run continue the time axis instead of restarting at 0.
+
+    Source: interpretation: ``time`` counts training seconds across resumes (``docs/usage.md``, "Metrics")."""
+    if not path.exists():
+        return 0.0
+    for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        t = row.get("time") if isinstance(row, dict) else None
+        return float(t) if isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 else 0.0
+    return 0.0
+
+
 class RunLogger:
     """Writes one JSON object per step to ``metrics.jsonl``, scalars to TensorBoard, sample
     completions to ``completions.jsonl``, and drives a tqdm progress bar with ETA (periodic lines
@@ -91,7 +108,8 @@ class RunLogger:
             self._tb = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=start_step + 1 if start_step else None)
         # a terminal gets a live bar; a log file a line every LOG_INTERVAL_S seconds (rlvr.util.progress)
         self._bar = progress_bar(total=total_steps, initial=start_step, disable=not progress, unit="step", desc="train")
-        self._t0 = time.time()
+        # ``time`` is training seconds since the run's first start: a resumed run goes on from the last kept row
+        self._t0 = time.time() - (_last_time(self.dir / "metrics.jsonl") if start_step > 0 else 0.0)
         self.trackers = list(trackers)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
