@@ -190,3 +190,23 @@ def test_overwrite_keeps_the_old_run_when_the_new_data_is_bad(tmp_path, capsys):
     assert "bad.jsonl:2" in err, err
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == rows  # the old run is untouched
     assert (tmp_path / "run" / "final").is_dir()
+
+
+def test_eval_refuses_to_replace_an_earlier_evaluation_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert cli.main(["eval", *TINY, "--out", str(out), "--limit", "2"]) == 0
+    first = out.read_text()
+    (tmp_path / "e.md").write_text("kept")  # a hand edit of the table must survive a refused second call
+    capsys.readouterr()
+    assert cli.main(["eval", *TINY, "--out", str(out), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds an earlier evaluation" in err and "--overwrite" in err and str(out) in err
+    assert out.read_text() == first and (tmp_path / "e.md").read_text() == "kept"
+    assert cli.main(["eval", *TINY, "--out", str(out), "--limit", "1", "--overwrite"]) == 0
+    assert json.loads(out.read_text()) != json.loads(first)  # one problem now, two before
+
+
+def test_eval_tag_names_the_earlier_file_it_would_replace(tmp_path, capsys):
+    (tmp_path / "eval_base.samples.jsonl").write_text("{}\n")
+    assert cli.main(["eval", *TINY, f"logging.output_dir={tmp_path}", "--tag", "base", "--limit", "1"]) == 2
+    assert "eval_base.samples.jsonl holds an earlier evaluation" in capsys.readouterr().err

@@ -17,7 +17,8 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
     """Where ``rlvr eval`` writes, checked before any model loads.
 
     Raises:
-        ConfigError: ``--tag`` holds a path separator, or the output folder cannot be written.
+        ConfigError: ``--tag`` holds a path separator, the output folder cannot be written, or an earlier
+            evaluation's files are there and ``--overwrite`` was not given (nothing is replaced silently).
     """
     from rlvr.trainer.run_dir import check_writable_dir
 
@@ -28,6 +29,13 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
     if path.is_dir():
         raise ConfigError(f"--out {path}: is a directory (expected a JSON file path)")
     check_writable_dir(path.parent, "--out" if args.out else "logging.output_dir")
+    stem = path.with_suffix("") if path.suffix == ".json" else path
+    earlier = [p for p in (path, stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl"))
+               if p.exists()]
+    if earlier and not getattr(args, "overwrite", False):
+        where = f"--out {args.out}" if args.out else f"--tag {args.tag}"
+        raise ConfigError(f"{where}: {earlier[0]} holds an earlier evaluation; pass another --tag (or --out), "
+                          "or --overwrite to replace it")
     return path
 
 

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'base' is the config's model; repeatable: one table row per model (default: the config's model)")
     e.add_argument("--tag", default="eval", help="result file names: OUTPUT_DIR/eval_<tag>.{json,md,samples.jsonl}")
     e.add_argument("--out", help="explicit JSON output path (the .md table and .samples.jsonl go next to it)")
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier evaluation's files of the same --tag / --out (refused without it)")
     e.add_argument("--limit", type=_positive_int, help="evaluate only the first N problems of the eval split (N >= 1)")
     e.add_argument("--offset", type=_nonnegative_int, default=0,
                    help="skip the first N problems (a shard: --offset A --limit N evaluates problems A+1..A+N); "
