@@ -29,7 +29,7 @@ def _recipe(judged_weight: float = 0.6) -> dict:
     return data
 
 
-def test_a_judge_that_never_answers_costs_a_step_batch_timeout_s_not_a_hang(tmp_path, tiny):
+def test_a_judge_that_never_answers_costs_a_step_batch_timeout_s_not_a_hang(tmp_path, tiny, capsys):
     """Every judge call would take 20 s (and be retried); the step's judging is cut at batch_timeout_s,
     the judged rows score failure_score, are counted, and training goes on."""
     import time
@@ -49,6 +49,9 @@ def test_a_judge_that_never_answers_costs_a_step_batch_timeout_s_not_a_hang(tmp_
     assert took < 15.0  # one call alone would have held the step for 20 s
     assert step["judge/calls"] > 0 and step["judge/timeouts"] == step["judge/calls"] == step["judge/failures"]
     assert step["rewards/judge/mean"] == 0.0 and step["timing/rewards/judge_s"] < 3.0
+    n = int(step["judge/calls"])  # the end-of-run summary shows them beside the verifier's counts
+    assert (f"judge: {n} call{'s' * (n != 1)}, {n} failure{'s' * (n != 1)} ({n} timeout{'s' * (n != 1)}; "
+            "100% scored failure_score)") in capsys.readouterr().err
 
 
 def test_the_judged_mixture_recipe_trains_with_per_source_and_judge_metrics(tmp_path, tiny):

@@ -13,6 +13,7 @@ checkpoint (the newest one on disk stays valid: checkpoints are written atomical
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -126,6 +127,11 @@ class RunSummary:
         start_step: steps done when the run (or resumption) started.
         reward_first, reward_last: ``reward/mean`` of the first and last logged update of this run.
         calls, errors, timeouts: verifier calls, calls that raised / returned a non-number, calls cut off.
+        learned: per learned reward component (a ``judge`` or ``reward_model`` entry, by its metric name)
+            the sums over this run's logged steps of its ``<name>/calls``, ``failures``, ``timeouts`` and
+            (judges) ``parse_failures``; those rows scored the entry's ``failure_score``, so the summary
+            shows them beside the verifier's (interpretation: a judge that failed on most rows trains on
+            its failure score, which is as worth seeing at the end as a verifier's errors).
     """
 
     start_step: int = 0
@@ -135,6 +141,7 @@ class RunSummary:
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
+    learned: dict[str, dict[str, int]] = field(default_factory=dict)
     _base: tuple[int, int, int] = (0, 0, 0)
 
     @staticmethod
@@ -147,13 +154,23 @@ class RunSummary:
         self.start_step = trainer.global_step
         self.t0 = time.perf_counter()
         self._base = self._counts(trainer.scorer)
+        scorer = trainer.scorer
+        names, learned = getattr(scorer, "names", None), getattr(scorer, "learned", None)
+        self.learned = ({names[i]: dict.fromkeys(LEARNED_COUNTERS, 0) for i in sorted(learned)}
+                        if isinstance(names, list) and isinstance(learned, dict) else {})
 
     def observe(self, metrics: dict[str, float]) -> None:
-        """Take ``reward/mean`` from one update's metrics (only updates that carry it)."""
+        """Take ``reward/mean`` from one update's metrics (only updates that carry it) and add the learned
+        reward components' counters (``<name>/calls`` …: :data:`LEARNED_COUNTERS`) it holds."""
         r = metrics.get("reward/mean")
         if r is not None:
             self.reward_first = r if self.reward_first is None else self.reward_first
             self.reward_last = r
+        for name, counts in self.learned.items():
+            for c in counts:
+                v = metrics.get(f"{name}/{c}")
+                if v is not None and math.isfinite(v):
+                    counts[c] += int(round(v))
 
     def update_counts(self, trainer: Any) -> None:
         """Read the scorer's cumulative counters (call at the end); under torchrun the job's, summed
@@ -170,9 +187,19 @@ class RunSummary:
         """(errors + timeouts) / calls of this run; 0 when nothing was scored."""
         return (self.errors + self.timeouts) / self.calls if self.calls else 0.0
 
+    @staticmethod
+    def _learned_line(name: str, c: dict[str, int]) -> str:
+        """``judge: 40 calls, 3 failures (2 timeouts, 1 parse failure; 8% scored failure_score)``."""
+        detail = [plural(c["timeouts"], "timeout")]
+        if "parse_failures" in c and c["parse_failures"]:
+            detail.append(plural(c["parse_failures"], "parse failure"))
+        share = f"; {100 * c['failures'] / c['calls']:.0f}% scored failure_score" if c["failures"] else ""
+        return f"  {name}: {plural(c['calls'], 'call')}, {plural(c['failures'], 'failure')} ({', '.join(detail)}{share})"
+
     def text(self, step: int, checkpoint: Path | None, status: str, *, final: Path | None = None) -> str:
         """The summary block (one item a line): ``rlvr: run finished: 20 steps (1 -> 20) in 3m12s``,
-        ``reward/mean 0.125 -> 0.500``, ``verifier: 1280 calls, 0 errors, 0 timeouts``,
+        ``reward/mean 0.125 -> 0.500``, ``verifier: 1280 calls, 0 errors, 0 timeouts``, one line per learned
+        reward component that was called (``judge: 40 calls, 0 failures (0 timeouts)``),
         ``model: runs/x/final`` (when written), ``checkpoint: runs/x/checkpoint-20`` (the newest
         resumable one, or ``none written``)."""
         wall = time.perf_counter() - self.t0
@@ -185,11 +212,16 @@ class RunSummary:
             f"  reward/mean {fmt(self.reward_first)} -> {fmt(self.reward_last)}",
             f"  verifier: {plural(self.calls, 'call')}, {plural(self.errors, 'error')}, {plural(self.timeouts, 'timeout')}"
             + (f" ({100 * self.failed_fraction:.0f}% failed)" if self.errors or self.timeouts else ""),
+            *(self._learned_line(name, c) for name, c in self.learned.items() if c["calls"]),
             *([f"  model: {final}"] if final else []),
             f"  checkpoint: {checkpoint if checkpoint else 'none written (save_steps)'}",
         ]
         return "\n".join(lines)
 
+
+LEARNED_COUNTERS = ("calls", "failures", "timeouts", "parse_failures")
+"""The per-step counters of a learned reward component (:mod:`rlvr.rewards.judge`,
+:mod:`rlvr.rewards.reward_model`) that :class:`RunSummary` sums for the end-of-run summary."""
 
 REWARD_FAILURE_ROUNDS = 2
 """Generation rounds in a row in which every reward call failed before a run stops (issue 25 item
