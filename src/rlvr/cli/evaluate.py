@@ -20,6 +20,7 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
         ConfigError: ``--tag`` holds a path separator, the output folder cannot be written, or an earlier
             evaluation's files are there and ``--overwrite`` was not given (nothing is replaced silently).
     """
+    from rlvr.eval.report import companion_paths
     from rlvr.trainer.run_dir import check_writable_dir
 
     if any(sep in args.tag for sep in ("/", "\\", os.sep)) or args.tag in ("", ".", ".."):
@@ -29,9 +30,7 @@ def _check_eval_output(args: argparse.Namespace, cfg) -> Path:
     if path.is_dir():
         raise ConfigError(f"--out {path}: is a directory (expected a JSON file path)")
     check_writable_dir(path.parent, "--out" if args.out else "logging.output_dir")
-    stem = path.with_suffix("") if path.suffix == ".json" else path
-    earlier = [p for p in (path, stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl"))
-               if p.exists()]
+    earlier = [p for p in (path, *companion_paths(path)) if p.exists()]
     if earlier and not getattr(args, "overwrite", False):
         where = f"--out {args.out}" if args.out else f"--tag {args.tag}"
         raise ConfigError(f"{where}: {earlier[0]} holds an earlier evaluation; pass another --tag (or --out), "
@@ -61,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     written after all, the results are printed whole to stdout instead (exit 1), so they are not lost.
     """
     cfg = _load_config(args)
-    from rlvr.eval.report import SamplesWriter, resolve_models, summary_row
+    from rlvr.eval.report import SamplesWriter, companion_paths, resolve_models, summary_row
     from rlvr.tasks import build_task
 
     path = _check_eval_output(args, cfg)
@@ -79,8 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_model_path(cfg.model)
     dtypes = _run_precisions(cfg, specs)  # a damaged precision record: exit 2 before any model loads
     json_path = path
-    stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
-    md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
+    md_path, samples_path = companion_paths(json_path)
     try:
         writer = SamplesWriter(samples_path)
     except OSError as exc:

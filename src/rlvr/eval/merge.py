@@ -179,12 +179,11 @@ def write_merged(samples: Sequence[str | Path], json_path: Path, *,
         ConfigError: ``json_path`` is a folder, is not writable, or its samples file is one of the inputs.
         DataError: as :func:`merge_samples`.
     """
-    from rlvr.eval.report import ModelSpec, summary_row, write_report
+    from rlvr.eval.report import ModelSpec, companion_paths, summary_row, write_report
 
     if json_path.is_dir():
         raise ConfigError(f"--out {json_path}: is a directory (expected a JSON file path)")
-    stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
-    md_path, samples_path = stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
+    md_path, samples_path = companion_paths(json_path)
     if any(Path(p).resolve() == samples_path.resolve() for p in samples):
         raise ConfigError(f"--out {json_path}: would overwrite the input {samples_path}")
     merged = merge_samples(samples, allow_mixed_precision=allow_mixed_precision)

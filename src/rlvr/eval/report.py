@@ -144,6 +144,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join([title, "", *lines, "", foot]) + "\n"
 
 
+def companion_paths(json_path: Path) -> tuple[Path, Path]:
+    """The table and per-sample files written beside an evaluation's result JSON: ``X.json`` →
+    ``(X.md, X.samples.jsonl)`` (a path without ``.json`` keeps its whole name as the stem)."""
+    stem = json_path.with_suffix("") if json_path.suffix == ".json" else json_path
+    return stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".samples.jsonl")
+
+
 def write_report(rows: Sequence[dict[str, Any]], json_path: Path, md_path: Path,
                  single: dict[str, Any] | None = None) -> None:
     """Write the JSON (``{"rows": [...]}``; with one model, also that model's whole result at the

@@ -191,7 +191,7 @@ class RunSummary:
     def _learned_line(name: str, c: dict[str, int]) -> str:
         """``judge: 40 calls, 3 failures (2 timeouts, 1 parse failure; 8% scored failure_score)``."""
         detail = [plural(c["timeouts"], "timeout")]
-        if "parse_failures" in c and c["parse_failures"]:
+        if c["parse_failures"]:
             detail.append(plural(c["parse_failures"], "parse failure"))
         share = f"; {100 * c['failures'] / c['calls']:.0f}% scored failure_score" if c["failures"] else ""
         return f"  {name}: {plural(c['calls'], 'call')}, {plural(c['failures'], 'failure')} ({', '.join(detail)}{share})"
