@@ -13,6 +13,8 @@ log-prob difference from the fp32 arm is reported beside its time (bf16 rounding
   :class:`rlvr.trainer.master_weights.MasterWeightAdamW` (``model.dtype=bf16-master``): ``bf16-pure``'s forward
   and backward, plus each backward's gradients added into the masters' fp32 ``.grad`` (the hook, timed inside
   the backward).
+* ``bf16-master+attn32``: ``bf16-master`` with ``model.attention_fp32`` (attention and its backward in float32,
+  :mod:`rlvr.models.attention`; issue 39's first lever against the CPU flash-attention backward's bf16 cost).
 
 After the micro-batches, one optimizer step per arm is timed (the fused AdamW of the trainer; ``bf16`` steps the
 same fp32 weights as ``fp32``; ``bf16-master`` steps the fp32 masters and rounds them into the bf16 weights),
@@ -45,7 +47,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-ARMS = ("fp32", "bf16", "bf16-pure", "bf16-master")
+ARMS = ("fp32", "bf16", "bf16-pure", "bf16-master", "bf16-master+attn32")
 
 
 def synthetic_batch(vocab: int, prompts: int, gens: int, prompt_len: int, max_new: int, seed: int):
@@ -121,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlvr.config import ModelConfig
     from rlvr.models import load_policy
+    from rlvr.models.attention import use_fp32_attention
     from rlvr.precision import resolve_precision, set_model_precision
     from rlvr.trainer.forward import micro_batches
     from rlvr.trainer.master_weights import MasterWeightAdamW
@@ -130,11 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     pure = copy.deepcopy(model).to(torch.bfloat16)
     master = copy.deepcopy(pure)
-    models = {"fp32": model, "bf16": model, "bf16-pure": pure, "bf16-master": master}
+    attn32 = copy.deepcopy(pure)
+    use_fp32_attention(attn32)
+    models = {"fp32": model, "bf16": model, "bf16-pure": pure, "bf16-master": master, "bf16-master+attn32": attn32}
     adamw = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
     optimizers = {"fp32": adamw, "bf16": adamw, "bf16-pure": torch.optim.AdamW(pure.parameters(), lr=1e-6, fused=True),
-                  "bf16-master": MasterWeightAdamW(master.parameters(), lr=1e-6, fused=True)}
-    policies = {arm: resolve_precision(arm, "cpu") for arm in ARMS}
+                  "bf16-master": MasterWeightAdamW(master.parameters(), lr=1e-6, fused=True),
+                  "bf16-master+attn32": MasterWeightAdamW(attn32.parameters(), lr=1e-6, fused=True)}
+    policies = {arm: resolve_precision(arm.split("+")[0], "cpu") for arm in ARMS}
     n_params = sum(q.numel() for q in model.parameters())
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     batch = synthetic_batch(len(tok), a.prompts, a.gens, a.prompt_len, a.max_new, a.seed)

@@ -104,7 +104,9 @@ def account(prof, top: int | None = 15) -> tuple[dict[str, float], list[tuple[st
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="default")
-    p.add_argument("--arms", default="fp32,bf16-master", help="comma-separated model.dtype arms")
+    p.add_argument("--arms", default="fp32,bf16-master",
+                   help="comma-separated model.dtype arms; a '+attn32' suffix adds model.attention_fp32 "
+                        "(e.g. bf16-master+attn32)")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--gens", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=64)
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlvr.config import ModelConfig
     from rlvr.models import load_policy
+    from rlvr.models.attention import use_fp32_attention
     from rlvr.precision import resolve_precision, set_model_precision
     from rlvr.trainer.forward import micro_batches
 
@@ -128,8 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     base.train()
     models = {}
     for arm in arms:
-        m = base if arm in ("fp32", "bf16") else copy.deepcopy(base).to(torch.bfloat16)
-        set_model_precision(m, resolve_precision(arm, "cpu"))
+        dtype, _, extra = arm.partition("+")
+        if extra not in ("", "attn32"):
+            p.error(f"--arms: unknown suffix +{extra} in {arm!r} (only +attn32)")
+        m = base if arm in ("fp32", "bf16") else copy.deepcopy(base).to(
+            torch.bfloat16 if dtype not in ("fp32", "bf16") else torch.float32)
+        if extra:
+            use_fp32_attention(m)
+        set_model_precision(m, resolve_precision(dtype, "cpu"))
         models[arm] = m
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     batch = synthetic_batch(len(tok), a.prompts, a.gens, a.prompt_len, a.max_new, a.seed)
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(q.numel() for q in base.parameters())
 
     def run(arm, micro):
-        set_model_precision(models[arm], resolve_precision(arm, "cpu"))
+        set_model_precision(models[arm], resolve_precision(arm.partition("+")[0], "cpu"))
         return update_once(models[arm], micro, pad)
 
     for arm in arms:  # warm-up

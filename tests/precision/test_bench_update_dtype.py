@@ -15,13 +15,14 @@ def test_paired_update_bench_on_the_tiny_model(tmp_path):
     assert bench_update_dtype.main(["--model", "tiny", "--prompts", "2", "--gens", "4", "--max-new", "12",
                                     "--rows-per-micro", "4", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["micro_batches"] == 2 and set(res["arms"]) == {"fp32", "bf16", "bf16-pure", "bf16-master"}
+    assert res["micro_batches"] == 2 and set(res["arms"]) == {"fp32", "bf16", "bf16-pure", "bf16-master",
+                                                                  "bf16-master+attn32"}
     assert res["trained_tokens"] > 2 * 64  # two prompts once each + completions of ≥ 3 tokens
     for arm, r in res["arms"].items():
         assert r["forward_s"] > 0 and r["backward_s"] > 0 and r["optimizer_step_s"] > 0
         assert abs(r["training_gflops"] - 6 * res["params"] * res["trained_tokens"] / r["update_s"] / 1e9) < 1e-6
     assert res["arms"]["fp32"]["max_abs_logp_diff_vs_fp32"] == 0.0
-    for arm in ("bf16", "bf16-pure", "bf16-master"):
+    for arm in ("bf16", "bf16-pure", "bf16-master", "bf16-master+attn32"):
         assert 0.0 < res["arms"][arm]["max_abs_logp_diff_vs_fp32"] < 0.5, arm
     # the same bf16 weights and no step between micro-batches: bf16-master's forward is bf16-pure's exactly
     assert res["arms"]["bf16-master"]["max_abs_logp_diff_vs_fp32"] == res["arms"]["bf16-pure"]["max_abs_logp_diff_vs_fp32"]

@@ -147,7 +147,12 @@ class ModelConfig(StrictModel):
     ``generation_autocast`` makes the HF engine decode from the fp32 master weights under the trainer's
     autocast instead of from a bf16 copy (``dtype=bf16`` only). Both off by default; together they halve the
     median per-token |Δ log p| between the engine and the trainer on SmolLM2-135M (docs/precision.md). The
-    vLLM engine ignores both (its logits are in its served dtype)."""
+    vLLM engine ignores both (its logits are in its served dtype).
+
+    ``attention_fp32`` runs attention (scores, softmax, weighted sum and their backward) in float32 under a
+    bf16 policy, every other matmul staying bf16 (:mod:`rlvr.models.attention`; off by default: whether it is
+    faster depends on the CPU, ``benchmarks/bench_update_dtype.py`` arm ``bf16-master+attn32``). HF engine and
+    trainer both follow it; a no-op under fp32."""
 
     name_or_path: str = "default"
     gguf_file: str | None = None
@@ -157,6 +162,7 @@ class ModelConfig(StrictModel):
     gradient_checkpointing: bool = False
     cast_lm_head_to_fp32: bool = False
     generation_autocast: bool = False
+    attention_fp32: bool = False
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @field_validator("dtype", mode="before")

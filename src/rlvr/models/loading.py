@@ -86,7 +86,8 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     ``bf16`` — autocast keeps fp32 master weights — bfloat16 for ``bf16-pure``), the policy attached to it
     (:func:`rlvr.precision.set_model_precision`: the trainer's forwards and the engine follow it), with
     ``config.pad_token_id`` and ``generation_config.pad_token_id`` set; gradient checkpointing is
-    enabled when ``cfg.gradient_checkpointing``. Its train/eval mode is left to the caller.
+    enabled when ``cfg.gradient_checkpointing``, float32 attention when ``cfg.attention_fp32``
+    (:func:`rlvr.models.attention.use_fp32_attention`). Its train/eval mode is left to the caller.
     ``precision``: the run's already resolved :class:`~rlvr.precision.PrecisionPolicy` (``rlvr train``
     resolves ``model.dtype`` once for the run's device and passes it here and to the trainer); None
     resolves ``cfg.dtype`` for the CPU.
@@ -108,6 +109,10 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     model, tok = _load_named(cfg, policy.param_dtype)
     _finish(model, tok)
     set_model_precision(model, policy)
+    if getattr(cfg, "attention_fp32", False):
+        from rlvr.models.attention import use_fp32_attention
+
+        use_fp32_attention(model)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tok
