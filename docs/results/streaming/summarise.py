@@ -39,7 +39,8 @@ def _ci(xs: list[float]) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
-def main() -> dict:
+def main(out: Path | None = HERE / "summary.json") -> dict:
+    """Print the tables; write the summary to ``out`` (None: do not write); return it."""
     summary: dict = {}
     runs = {a: _runs("streaming_tost", a) for a in ARMS}
     print("| arm | held-out pass@1 at update 8 | 16 | 24 | 32 (final) | one-update-stale rows | s / update (`--jobs 2`) |")
@@ -77,7 +78,8 @@ def main() -> dict:
                 "ratio": [math.exp(m), math.exp(lo) if len(seeds) > 1 else None, math.exp(hi) if len(seeds) > 1 else None]}
             iv = f" [{math.exp(lo):.2f}, {math.exp(hi):.2f}]" if len(seeds) > 1 else ""
             print(f"| `{arm}` | {len(seeds)} | {statistics.fmean(spu):.3f} | {math.exp(m):.2f}{iv} |")
-    (HERE / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    if out is not None:
+        Path(out).write_text(json.dumps(summary, indent=1, default=str) + "\n")
     return summary
 
 
