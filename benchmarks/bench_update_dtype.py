@@ -48,6 +48,16 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 
 ARMS = ("fp32", "bf16", "bf16-pure", "bf16-master", "bf16-master+attn32")
+SUFFIXES = ("attn32",)  # ``<model.dtype>+attn32``: the arm also sets ``model.attention_fp32``
+
+
+def split_arm(arm: str) -> tuple[str, bool]:
+    """``"bf16-master+attn32"`` → ``("bf16-master", True)``: the arm's ``model.dtype`` and whether it runs
+    attention in float32. Raises ValueError for a suffix other than :data:`SUFFIXES`."""
+    dtype, _, extra = arm.partition("+")
+    if extra and extra not in SUFFIXES:
+        raise ValueError(f"arm {arm!r}: unknown suffix +{extra} (known: {', '.join('+' + x for x in SUFFIXES)})")
+    return dtype, bool(extra)
 
 
 def synthetic_batch(vocab: int, prompts: int, gens: int, prompt_len: int, max_new: int, seed: int):
@@ -140,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     optimizers = {"fp32": adamw, "bf16": adamw, "bf16-pure": torch.optim.AdamW(pure.parameters(), lr=1e-6, fused=True),
                   "bf16-master": MasterWeightAdamW(master.parameters(), lr=1e-6, fused=True),
                   "bf16-master+attn32": MasterWeightAdamW(attn32.parameters(), lr=1e-6, fused=True)}
-    policies = {arm: resolve_precision(arm.split("+")[0], "cpu") for arm in ARMS}
+    policies = {arm: resolve_precision(split_arm(arm)[0], "cpu") for arm in ARMS}
     n_params = sum(q.numel() for q in model.parameters())
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     batch = synthetic_batch(len(tok), a.prompts, a.gens, a.prompt_len, a.max_new, a.seed)

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    from bench_update_dtype import synthetic_batch, trained_tokens, update_once
+    from bench_update_dtype import split_arm, synthetic_batch, trained_tokens, update_once
     from machine import print_machine, write_result
 
     from rlvr.config import ModelConfig
@@ -129,16 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     base, tok = load_policy(ModelConfig(name_or_path=a.model, dtype="fp32"))
     base.train()
+    try:
+        split = {arm: split_arm(arm) for arm in arms}
+    except ValueError as exc:
+        p.error(f"--arms: {exc}")
+    policies = {arm: resolve_precision(dtype, "cpu") for arm, (dtype, _) in split.items()}
     models = {}
-    for arm in arms:
-        dtype, _, extra = arm.partition("+")
-        if extra not in ("", "attn32"):
-            p.error(f"--arms: unknown suffix +{extra} in {arm!r} (only +attn32)")
-        m = base if arm in ("fp32", "bf16") else copy.deepcopy(base).to(
-            torch.bfloat16 if dtype not in ("fp32", "bf16") else torch.float32)
-        if extra:
+    for arm, (_, attn32) in split.items():
+        fp32_weights = policies[arm].param_dtype == torch.float32
+        m = base if fp32_weights and not attn32 else copy.deepcopy(base).to(policies[arm].param_dtype)
+        if attn32:
             use_fp32_attention(m)
-        set_model_precision(m, resolve_precision(dtype, "cpu"))
+        set_model_precision(m, policies[arm])
         models[arm] = m
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     batch = synthetic_batch(len(tok), a.prompts, a.gens, a.prompt_len, a.max_new, a.seed)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(q.numel() for q in base.parameters())
 
     def run(arm, micro):
-        set_model_precision(models[arm], resolve_precision(arm.partition("+")[0], "cpu"))
+        set_model_precision(models[arm], policies[arm])
         return update_once(models[arm], micro, pad)
 
     for arm in arms:  # warm-up

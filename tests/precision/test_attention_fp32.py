@@ -41,8 +41,7 @@ def _spy(monkeypatch):
         seen.append(q.dtype)
         return orig(q, k, v, *a, **kw)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)  # F is torch.nn.functional, read at call time
     return seen
 
 
@@ -112,4 +111,4 @@ def test_config_key_reaches_the_loaded_model(on, monkeypatch):
     assert seen and set(seen) == {torch.float32 if on else torch.bfloat16}
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
     # the checkpoint stays loadable without rlvr: the attention choice is not written into config.json
-    assert "_attn_implementation" not in model.config.to_dict() or model.config.to_dict()["_attn_implementation"] != FP32_SDPA
+    assert model.config.to_dict().get("_attn_implementation") != FP32_SDPA

@@ -42,7 +42,8 @@ def _ci(xs: list[float]) -> tuple[float, float, float]:
 def main(out: Path | None = HERE / "summary.json") -> dict:
     """Print the tables; write the summary to ``out`` (None: do not write); return it."""
     summary: dict = {}
-    runs = {a: _runs("streaming_tost", a) for a in ARMS}
+    studies = {study: {a: _runs(study, a) for a in ARMS} for study in ("streaming_tost", "streaming_wall")}
+    runs = studies["streaming_tost"]
     print("| arm | held-out pass@1 at update 8 | 16 | 24 | 32 (final) | one-update-stale rows | s / update (`--jobs 2`) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for arm in ARMS:
@@ -59,8 +60,7 @@ def main(out: Path | None = HERE / "summary.json") -> dict:
         summary[arm] = {"n": len(runs[arm]), "pass@1_by_step": {s: _ci(pts[s]) for s in sorted(pts)},
                         "stale_frac": _ci(stale), "s_per_update_jobs2": _ci(spu)}
         print(f"| `{arm}` | " + " | ".join(cells) + f" | {statistics.fmean(stale):.2f} | {statistics.fmean(spu):.3f} |")
-    for study in ("streaming_tost", "streaming_wall"):
-        rs = {a: _runs(study, a) for a in ARMS}
+    for study, rs in studies.items():
         if not rs["sync"]:
             continue
         print(f"\n{study}: seconds per update (wall_s / updates), paired ratio to sync over seeds")

@@ -45,7 +45,7 @@ def sdpa_fp32_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.dtype == torch.float32 and key.dtype == torch.float32 and value.dtype == torch.float32:
+    if query.dtype == key.dtype == value.dtype == torch.float32:
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
     out_dtype = query.dtype
     mask = attention_mask
