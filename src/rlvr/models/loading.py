@@ -109,7 +109,7 @@ def load_policy(cfg: ModelConfig, *, precision: Any = None) -> tuple[Any, Any]:
     model, tok = _load_named(cfg, policy.param_dtype)
     _finish(model, tok)
     set_model_precision(model, policy)
-    if getattr(cfg, "attention_fp32", False):
+    if cfg.attention_fp32:
         from rlvr.models.attention import use_fp32_attention
 
         use_fp32_attention(model)
